@@ -1,0 +1,3 @@
+from workflow.cli import main
+
+main()

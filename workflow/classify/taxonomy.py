@@ -1,0 +1,83 @@
+"""Risk vocabulary: classes, severities, categories and their strictness order.
+
+Pure: imports nothing from the rest of Headgate, so the wire models can use it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RiskClass(StrEnum):
+    """What a tool call does to the world, from harmless to irreversible."""
+
+    READ = "read"
+    EGRESS = "egress"
+    EXTERNAL = "external"
+    WRITE_LOCAL = "write_local"
+    EXEC = "exec"
+    DESTRUCTIVE = "destructive"
+
+    @property
+    def rung(self) -> int:
+        """Strictness rung: read < egress < external < write_local = exec < destructive."""
+        return _RUNG[self]
+
+    @property
+    def order_key(self) -> tuple[int, int]:
+        """Total order used to pick the strictest class; ties on a rung break towards exec."""
+        return (_RUNG[self], _TIE[self])
+
+
+_RUNG = {
+    RiskClass.READ: 0,
+    RiskClass.EGRESS: 1,
+    RiskClass.EXTERNAL: 2,
+    RiskClass.WRITE_LOCAL: 3,
+    RiskClass.EXEC: 3,
+    RiskClass.DESTRUCTIVE: 4,
+}
+_TIE = {c: 1 if c is RiskClass.EXEC else 0 for c in RiskClass}
+
+
+class Severity(StrEnum):
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return _SEVERITY_RANK[self]
+
+
+_SEVERITY_RANK = {s: i for i, s in enumerate(Severity)}
+
+
+class Category(StrEnum):
+    DESTRUCTIVE = "destructive"
+    PRIVILEGED = "privileged"
+    NETWORK = "network"
+    SECRET_ACCESS = "secret_access"
+
+
+class Capability(StrEnum):
+    """Verbs a proposal may declare. An undeclared verb fails closed."""
+
+    READ = "read"
+    LIST = "list"
+    WRITE = "write"
+    PERSIST = "persist"
+    EXEC = "exec"
+    EGRESS_FETCH = "egress_fetch"
+    EGRESS_PROVIDER = "egress_provider"
+    AUTHZ = "authz"
+
+
+def strictest_class(*classes: RiskClass) -> RiskClass:
+    """The strictest of the given classes (max rung); read when none is given."""
+    return max(classes, key=lambda c: c.order_key, default=RiskClass.READ)
+
+
+def strictest_severity(*severities: Severity) -> Severity:
+    return max(severities, key=lambda s: s.rank, default=Severity.LOW)

@@ -1,0 +1,32 @@
+"""One root exception; subclasses carry the fields their message is built from."""
+
+from __future__ import annotations
+
+
+class HeadgateError(Exception):
+    """Root of every error Headgate raises on purpose. Its message is meant for a human."""
+
+
+class ConfigError(HeadgateError):
+    """A setting, a policy file or a command-line option is wrong."""
+
+    def __init__(self, message: str, *, source: str | None = None, key: str | None = None):
+        self.source = source
+        self.key = key
+        where = ": ".join(part for part in (source, key) if part)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class PolicyError(ConfigError):
+    """The policy file is invalid (file, key path and what is wrong)."""
+
+
+class NotFoundError(HeadgateError):
+    def __init__(self, what: str, ident: str):
+        self.what = what
+        self.ident = ident
+        super().__init__(f"no {what} with id {ident!r}")
+
+
+class ConnectError(HeadgateError):
+    """NATS or the database cannot be reached."""

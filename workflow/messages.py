@@ -1,0 +1,378 @@
+"""Every message on the wire, as pydantic models: the source of `schemas/`.
+
+Models we *receive* forbid unknown fields, so a typo in a field name is an error with a clear
+message instead of a silently ignored setting. Models we *emit* are strict too, which keeps the
+generated schemas honest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workflow.classify.taxonomy import Category, RiskClass, Severity
+
+# A NATS subject token: no dots, wildcards or whitespace, so it can be embedded in a subject.
+Token = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
+Identifier = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:@-]+$")]
+
+
+class Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------- proposals
+
+
+class ToolAnnotations(BaseModel):
+    """MCP tool annotations. Unknown keys are kept (the MCP spec grows) and hashed."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    title: str | None = None
+    readOnlyHint: bool | None = None  # noqa: N815 - MCP spelling
+    destructiveHint: bool | None = None  # noqa: N815
+    idempotentHint: bool | None = None  # noqa: N815
+    openWorldHint: bool | None = None  # noqa: N815
+
+
+class ToolDefinition(Wire):
+    """What the tool says about itself: suggestions from its author, never trusted to lower risk."""
+
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=dict)
+    annotations: ToolAnnotations | None = None
+    requires_approval: bool | None = None
+    server: str | None = Field(
+        default=None, description="Kind of server offering the tool (e.g. 'postgres-mcp')."
+    )
+
+
+class ProposalContext(Wire):
+    cwd: str | None = None
+    shell: str | None = None
+
+
+class Proposal(Wire):
+    """One tool call an agent wants to make. `id` is the idempotency key."""
+
+    id: Identifier
+    agent: Token
+    workspace: Token = "default"
+    source: Token | None = Field(default=None, description="Data source or connection name.")
+    tool: Annotated[str, Field(min_length=1, max_length=200)]
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    tool_definition: ToolDefinition | None = None
+    capability: str | None = Field(
+        default=None,
+        description="Declared verb (read, list, write, persist, exec, egress_fetch, "
+        "egress_provider, authz). Any other value fails closed.",
+    )
+    context: ProposalContext | None = None
+    intent: str | None = Field(default=None, description="Shown to approvers, never trusted.")
+    created_at: datetime | None = None
+
+    def digest(self) -> str:
+        """sha256 of the canonical JSON of the proposal; decisions are bound to it."""
+        return sha256_hex(canonical_json(self.model_dump(mode="json", exclude_none=True)))
+
+
+# --------------------------------------------------------------------------- classification
+
+
+class Hints(Wire):
+    read_only: bool | None = None
+    destructive: bool | None = None
+    idempotent: bool | None = None
+    open_world: bool | None = None
+
+
+class Reason(Wire):
+    """One rule that fired, in words an approver understands."""
+
+    rule: str = Field(description="Stable rule id, e.g. 'shell.rm_recursive'.")
+    message: str
+    risk_class: RiskClass | None = None
+    severity: Severity | None = None
+
+
+class Classification(Wire):
+    risk_class: RiskClass
+    severity: Severity
+    categories: list[Category] = Field(default_factory=list)
+    hints: Hints = Field(default_factory=Hints)
+    fail_closed: bool = False
+    tool_known: bool = True
+    definition_hash: str | None = None
+    reasons: list[Reason] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+class Decision(StrEnum):
+    ALLOW = "allow"
+    REQUIRE_APPROVAL = "require_approval"
+    DENY = "deny"
+
+    @property
+    def rank(self) -> int:
+        return _DECISION_RANK[self]
+
+
+_DECISION_RANK = {Decision.ALLOW: 0, Decision.REQUIRE_APPROVAL: 1, Decision.DENY: 2}
+
+
+class ApprovalRequirement(Wire):
+    quorum: Annotated[int, Field(ge=1, le=20)] = 1
+    roles: list[str] = Field(
+        default_factory=list, description="An approver needs one of these roles; empty = any."
+    )
+    four_eyes: bool = Field(default=False, description="At least two distinct approvers.")
+    ttl_seconds: Annotated[int, Field(ge=1)] = 3600
+
+    @property
+    def approvals_needed(self) -> int:
+        return max(self.quorum, 2 if self.four_eyes else 1)
+
+
+class TrailStep(Wire):
+    step: str = Field(description="Which evaluation step applied, e.g. 'risk_class'.")
+    decision: Decision
+    message: str
+
+
+class Verdict(Wire):
+    decision: Decision
+    reason: str
+    requirement: ApprovalRequirement | None = None
+    trail: list[TrailStep] = Field(default_factory=list)
+    policy_revision: str = ""
+
+
+# --------------------------------------------------------------------------- approvals
+
+
+class DecisionVerdict(StrEnum):
+    APPROVE = "approve"
+    REJECT = "reject"
+
+
+class ApprovalDecision(Wire):
+    """One approver's answer to one approval request, published on headgate.decisions.<id>.
+
+    The signature (Ed25519, NATS nkeys) covers the canonical JSON of every other field.
+    """
+
+    request_id: Token
+    proposal_digest: str | None = None
+    verdict: DecisionVerdict
+    approver: Annotated[str, Field(min_length=1, max_length=200)]
+    key: str | None = Field(default=None, description="Approver's public nkey (U...).")
+    reason: str = ""
+    nonce: Annotated[str, Field(min_length=8, max_length=100)]
+    issued_at: datetime
+    signature: str | None = None
+
+    def signing_payload(self) -> bytes:
+        return canonical_json(self.model_dump(mode="json", exclude={"signature"})).encode()
+
+
+class ApprovalRecord(Wire):
+    """A verified approval carried by a release, verifiable offline."""
+
+    approver: str
+    key: str | None = None
+    verdict: DecisionVerdict = DecisionVerdict.APPROVE
+    reason: str = ""
+    nonce: str
+    issued_at: datetime
+    proposal_digest: str | None = None
+    signature: str | None = None
+
+
+class Cancel(Wire):
+    """An agent withdrawing its own pending proposal, on headgate.cancel.<agent>."""
+
+    proposal_id: Identifier
+    agent: Token
+    reason: str = ""
+
+
+# --------------------------------------------------------------------------- events
+
+
+class Outcome(StrEnum):
+    RELEASED = "released"
+    DENIED = "denied"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+BlockedOutcome = Literal["denied", "rejected", "expired", "cancelled"]
+
+
+class InboxItem(Wire):
+    """A held proposal waiting for approvals, on headgate.inbox.<workspace>."""
+
+    request_id: Token
+    proposal_id: Identifier
+    proposal: Proposal
+    proposal_digest: str
+    classification: Classification
+    verdict: Verdict
+    requirement: ApprovalRequirement
+    created_at: datetime
+    expires_at: datetime
+
+
+class Released(Wire):
+    """The call may run. Fires at most once per proposal."""
+
+    release_id: Identifier
+    proposal_id: Identifier
+    agent: Token
+    workspace: Token
+    tool: str
+    arguments: dict[str, Any]
+    classification: Classification
+    verdict: Verdict
+    approvals: list[ApprovalRecord] = Field(default_factory=list)
+    proposal_digest: str
+    released_at: datetime
+
+
+class Blocked(Wire):
+    """Terminal: the call will never run."""
+
+    proposal_id: Identifier
+    agent: Token
+    workspace: Token
+    tool: str
+    outcome: BlockedOutcome
+    reason: str
+    request_id: Token | None = None
+    classification: Classification | None = None
+    verdict: Verdict | None = None
+    blocked_at: datetime
+
+
+class Executed(Wire):
+    """An agent reporting what happened when it ran a released call."""
+
+    release_id: Identifier
+    proposal_id: Identifier
+    agent: Token
+    success: bool
+    summary: str = Field(default="", max_length=4000)
+    finished_at: datetime
+
+
+class DeadLetter(Wire):
+    """Input a stage could not process, with the error. Nothing is dropped silently."""
+
+    stage: str
+    subject: str
+    error: str
+    payload: str = Field(description="The original payload (UTF-8, or base64 if it was not).")
+    payload_encoding: Literal["utf-8", "base64"] = "utf-8"
+    deliveries: int = 1
+    received_at: datetime
+
+
+# --------------------------------------------------------------------------- request/reply API
+
+
+class PendingQuery(Wire):
+    workspace: Token | None = None
+    agent: Token | None = None
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
+
+
+class PendingEntry(Wire):
+    request_id: Token
+    proposal_id: Identifier
+    agent: str
+    workspace: str
+    tool: str
+    arguments: dict[str, Any]
+    risk_class: RiskClass
+    severity: Severity
+    reasons: list[str]
+    requirement: ApprovalRequirement
+    approvals: list[str] = Field(default_factory=list)
+    proposal_digest: str
+    created_at: datetime
+    expires_at: datetime
+
+
+class PendingReply(Wire):
+    items: list[PendingEntry]
+
+
+class GetQuery(Wire):
+    id: Annotated[str, Field(min_length=1, max_length=200)] = Field(
+        description="A proposal id or a request id."
+    )
+
+
+class HistoryEvent(Wire):
+    at: datetime
+    kind: str
+    summary: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class ProposalHistory(Wire):
+    proposal: Proposal
+    proposal_digest: str
+    status: str = Field(description="pending, released, denied, rejected, expired or cancelled.")
+    classification: Classification
+    verdict: Verdict
+    request_id: str | None = None
+    requirement: ApprovalRequirement | None = None
+    expires_at: datetime | None = None
+    approvals: list[ApprovalRecord] = Field(default_factory=list)
+    events: list[HistoryEvent] = Field(default_factory=list)
+
+
+class ApiError(Wire):
+    error: str
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON: sorted keys, no insignificant whitespace, UTF-8 kept."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+#: Every model that travels on a subject, by schema file name (see `headgate schemas`).
+WIRE_MODELS: dict[str, type[BaseModel]] = {
+    "proposal": Proposal,
+    "classification": Classification,
+    "verdict": Verdict,
+    "inbox_item": InboxItem,
+    "decision": ApprovalDecision,
+    "cancel": Cancel,
+    "released": Released,
+    "blocked": Blocked,
+    "executed": Executed,
+    "dead_letter": DeadLetter,
+    "api_pending_query": PendingQuery,
+    "api_pending_reply": PendingReply,
+    "api_get_query": GetQuery,
+    "api_get_reply": ProposalHistory,
+    "api_error": ApiError,
+}
