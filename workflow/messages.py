@@ -180,11 +180,21 @@ class ApprovalDecision(Wire):
     signature: str | None = None
 
     def signing_payload(self) -> bytes:
+        """What the approver signs: canonical JSON of every field but the signature.
+
+        The service verifies over the canonical form of the JSON *as received* (see
+        `workflow.signing.verify_raw`), so signers in other languages need only produce the
+        same field values, not pydantic's exact serialisation.
+        """
         return canonical_json(self.model_dump(mode="json", exclude={"signature"})).encode()
 
 
 class ApprovalRecord(Wire):
-    """A verified approval carried by a release, verifiable offline."""
+    """A verified decision carried by a release or a history, verifiable offline.
+
+    `signed` is the exact canonical JSON the approver signed; verify `signature` over it with
+    `key`, then read request id and proposal digest out of it.
+    """
 
     approver: str
     key: str | None = None
@@ -192,7 +202,7 @@ class ApprovalRecord(Wire):
     reason: str = ""
     nonce: str
     issued_at: datetime
-    proposal_digest: str | None = None
+    signed: str = ""
     signature: str | None = None
 
 
@@ -237,6 +247,7 @@ class Released(Wire):
 
     release_id: Identifier
     proposal_id: Identifier
+    request_id: Token | None = None
     agent: Token
     workspace: Token
     tool: str
