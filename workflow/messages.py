@@ -35,10 +35,10 @@ class ToolAnnotations(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     title: str | None = None
-    readOnlyHint: bool | None = None  # noqa: N815 - MCP spelling
-    destructiveHint: bool | None = None  # noqa: N815
-    idempotentHint: bool | None = None  # noqa: N815
-    openWorldHint: bool | None = None  # noqa: N815
+    readOnlyHint: bool | None = None
+    destructiveHint: bool | None = None
+    idempotentHint: bool | None = None
+    openWorldHint: bool | None = None
 
 
 class ToolDefinition(Wire):

@@ -81,3 +81,18 @@ def strictest_class(*classes: RiskClass) -> RiskClass:
 
 def strictest_severity(*severities: Severity) -> Severity:
     return max(severities, key=lambda s: s.rank, default=Severity.LOW)
+
+
+def parse_capability(value: str) -> Capability | None:
+    """The declared verb as a Capability, or None when it is not one we know (fails closed)."""
+    try:
+        return Capability(value.strip().lower())
+    except ValueError:
+        return None
+
+
+def is_stricter_or_equal(
+    a: tuple[RiskClass, Severity], b: tuple[RiskClass, Severity]
+) -> bool:
+    """True when (class, severity) `a` is at least as strict as `b` on both axes."""
+    return a[0].rung >= b[0].rung and a[1].rank >= b[1].rank

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
@@ -248,6 +249,17 @@ class Policy(Strict):
             raise PolicyValidationError(problems)
         return self
 
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Policy:
+        """A copy without the cached revision and tables (they describe the original).
+
+        Like pydantic's, this does not validate `update`: build a changed policy with
+        `Policy.model_validate` when the change comes from outside.
+        """
+        copy = super().model_copy(update=update, deep=deep)
+        for name in _CACHED:
+            copy.__dict__.pop(name, None)
+        return copy
+
     # ------------------------------------------------------------------ identity
 
     @cached_property
@@ -372,6 +384,9 @@ class Policy(Strict):
             if approver.key == key:
                 return name, approver
         return None
+
+
+_CACHED = ("revision", "fingerprint_index", "merged_tables")
 
 
 def _normalise(value: Any) -> Any:

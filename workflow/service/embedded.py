@@ -96,13 +96,20 @@ class EmbeddedNats:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        if self.process is not None and self.process.stderr is not None:
+            self.process.stderr.close()
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None:
             return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._close_pipes()

@@ -1,0 +1,759 @@
+"""The operator files in ``deploy/`` are tested by using them, not by reading them.
+
+* every nats-server config passes ``nats-server -t``;
+* the 3-node cluster starts from ``deploy/nats/cluster/node-*.conf`` (ports rewritten to free
+  ones, store dirs to temp dirs in a temp copy) and forms a JetStream meta group of 3 that
+  accepts a stream with ``num_replicas=3``;
+* the accounts config enforces least privilege on a server started from ``single.conf``: the
+  refusals are asserted on the server's permissions-violation error, not on a missing delivery;
+* compose, Kubernetes, Dockerfile and systemd files parse and run ``headgate serve`` with the
+  flags and environment variables the CLI knows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import configparser
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nats
+import nats.errors
+import pytest
+import yaml
+from nats.aio.client import Client
+from nats.js.api import ConsumerConfig, RetentionPolicy, StreamConfig
+
+from workflow.service.embedded import find_nats_server
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+NATS_DIR = DEPLOY / "nats"
+CLUSTER_NODES = [NATS_DIR / "cluster" / f"node-{i}.conf" for i in (1, 2, 3)]
+
+# Example credentials of deploy/nats/accounts.conf: each hash there is of "<user>-dev-password".
+SERVICE, AGENT, APPROVER = "headgate", "builder-7", "alice"
+
+# The `headgate serve` surface (flags and environment variables) the deploy files may use.
+SERVE_FLAGS = {
+    "--nats-url", "--database-url", "--policy", "--data-dir", "--metrics-port", "--replicas",
+}  # fmt: skip
+SERVE_ENV = {
+    "HEADGATE_NATS_URL", "HEADGATE_DATABASE_URL", "HEADGATE_POLICY", "HEADGATE_DATA_DIR",
+    "HEADGATE_METRICS_PORT", "HEADGATE_STREAM_REPLICAS", "HEADGATE_NATS_USER",
+    "HEADGATE_NATS_PASSWORD", "HEADGATE_NATS_CREDS",
+}  # fmt: skip
+# Each setting must be given to a replica, by flag or by environment variable.
+REQUIRED_SETTINGS = {
+    "--nats-url": "HEADGATE_NATS_URL",
+    "--database-url": "HEADGATE_DATABASE_URL",
+    "--policy": "HEADGATE_POLICY",
+    "--data-dir": "HEADGATE_DATA_DIR",
+    "--metrics-port": "HEADGATE_METRICS_PORT",
+    "--replicas": "HEADGATE_STREAM_REPLICAS",
+}
+
+
+# ---------------------------------------------------------------------- config rewriting
+_ADDRESS = re.compile(r"\b(?:127\.0\.0\.1|0\.0\.0\.0|localhost):(\d{2,5})\b")
+_STORE_DIR = re.compile(r"(?m)^(\s*store_dir:\s*).*$")
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel just handed out; the sockets stay open until all are chosen."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def port_map(texts: list[str]) -> dict[int, int]:
+    """One free port for every distinct port the configs name (so routes stay consistent)."""
+    ports = sorted({int(m.group(1)) for text in texts for m in _ADDRESS.finditer(text)})
+    return dict(zip(ports, free_ports(len(ports)), strict=True))
+
+
+def rewrite_config(text: str, ports: Mapping[int, int], store_dir: Path) -> str:
+    """The same config on loopback with ``ports`` swapped and JetStream under ``store_dir``."""
+    text = _ADDRESS.sub(lambda m: f"127.0.0.1:{ports[int(m.group(1))]}", text)
+    text, count = _STORE_DIR.subn(lambda m: f'{m.group(1)}"{store_dir}"', text)
+    assert count == 1, "a Headgate nats config names exactly one JetStream store_dir"
+    return text
+
+
+def top_level_port(text: str, key: str) -> int:
+    found = re.search(rf"(?m)^{key}:\s*\S+:(\d+)\s*$", text)
+    assert found is not None, f"no top-level {key}: in config"
+    return int(found.group(1))
+
+
+# ---------------------------------------------------------------------- server processes
+@dataclass
+class NatsProcess:
+    name: str
+    config: Path
+    client_port: int
+    monitor_port: int
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.client_port}"
+
+    def start(self) -> None:
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [find_nats_server(), "-c", str(self.config)],
+                cwd=self.config.parent,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def monitor(self, path: str) -> dict[str, Any]:
+        url = f"http://127.0.0.1:{self.monitor_port}{path}"
+        with urllib.request.urlopen(url, timeout=2) as response:
+            data: dict[str, Any] = json.loads(response.read())
+            return data
+
+    def assert_running(self) -> None:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"{self.name} exited:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it has not exited after 5 s."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=5)
+
+
+@dataclass
+class Servers:
+    """Every server a fixture started; the finaliser stops all of them, whatever happened."""
+
+    started: list[NatsProcess] = field(default_factory=list)
+
+    def start(self, server: NatsProcess) -> NatsProcess:
+        self.started.append(server)
+        server.start()
+        return server
+
+    def stop_all(self) -> None:
+        for server in self.started:
+            server.stop()
+
+
+def wait_until(predicate: Any, what: str, servers: list[NatsProcess], timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        for server in servers:
+            server.assert_running()
+        try:
+            if predicate():
+                return
+        except (OSError, urllib.error.URLError, KeyError, ValueError) as exc:
+            last = exc
+        time.sleep(0.05)
+    logs = "\n".join(f"--- {s.name}\n{s.log.read_text()[-1500:]}" for s in servers)
+    raise AssertionError(f"timed out waiting for {what} (last error: {last!r})\n{logs}")
+
+
+def stage_nats_dir(tmp: Path) -> Path:
+    """A temp copy of deploy/nats (relative includes keep working)."""
+    target = tmp / "nats"
+    shutil.copytree(NATS_DIR, target)
+    return target
+
+
+@pytest.fixture
+def servers() -> Iterator[Servers]:
+    started = Servers()
+    try:
+        yield started
+    finally:
+        started.stop_all()
+
+
+@pytest.fixture(scope="module")
+def single_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsProcess]:
+    """A nats-server started from deploy/nats/single.conf (+ accounts.conf) on free ports."""
+    tmp = tmp_path_factory.mktemp("single")
+    staged = stage_nats_dir(tmp)
+    config = staged / "single.conf"
+    text = config.read_text()
+    config.write_text(rewrite_config(text, port_map([text]), tmp / "jetstream"))
+    text = config.read_text()
+    server = NatsProcess(
+        "single", config, top_level_port(text, "listen"), top_level_port(text, "http"),
+        tmp / "nats.log",
+    )  # fmt: skip
+    started = Servers()
+    try:
+        started.start(server)
+        wait_until(lambda: server.monitor("/healthz")["status"] == "ok", "healthz", [server])
+        yield server
+    finally:
+        started.stop_all()
+
+
+# ---------------------------------------------------------------------- nats-server -t
+def k8s_documents() -> list[dict[str, Any]]:
+    documents: list[dict[str, Any]] = []
+    for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
+        documents.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return documents
+
+
+def k8s_nats_conf() -> str:
+    for doc in k8s_documents():
+        if doc["kind"] == "ConfigMap" and "nats.conf" in doc.get("data", {}):
+            conf: str = doc["data"]["nats.conf"]
+            return conf
+    raise AssertionError("no ConfigMap with nats.conf in deploy/k8s")
+
+
+def nats_test(config: Path, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [find_nats_server(), "-t", "-c", str(config)],
+        cwd=config.parent, capture_output=True, text=True, timeout=30,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "relative",
+    ["single.conf", "cluster/node-1.conf", "cluster/node-2.conf", "cluster/node-3.conf"],
+)
+def test_nats_config_passes_nats_server_t(relative: str, tmp_path: Path) -> None:
+    result = nats_test(stage_nats_dir(tmp_path) / relative)
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "is valid" in result.stdout + result.stderr
+
+
+def test_container_config_passes_nats_server_t_with_its_environment(tmp_path: Path) -> None:
+    config = stage_nats_dir(tmp_path) / "cluster" / "container.conf"
+    result = nats_test(config, {"NATS_SERVER_NAME": "nats-1"})
+    assert result.returncode == 0, result.stderr + result.stdout
+    # The server name must come from the environment: without it the config is refused.
+    env = {k: v for k, v in os.environ.items() if k != "NATS_SERVER_NAME"}
+    unset = subprocess.run(
+        [find_nats_server(), "-t", "-c", str(config)],
+        cwd=config.parent, capture_output=True, text=True, timeout=30, env=env,
+    )  # fmt: skip
+    assert unset.returncode != 0
+    assert "NATS_SERVER_NAME" in unset.stderr + unset.stdout
+
+
+def test_k8s_nats_config_passes_nats_server_t_with_the_accounts_beside_it(tmp_path: Path) -> None:
+    # In the StatefulSet a projected volume puts the ConfigMap's nats.conf and the Secret's
+    # accounts.conf (made from deploy/nats/accounts.conf) in one directory.
+    (tmp_path / "nats.conf").write_text(k8s_nats_conf())
+    shutil.copy(NATS_DIR / "accounts.conf", tmp_path / "accounts.conf")
+    result = nats_test(tmp_path / "nats.conf", {"POD_NAME": "headgate-nats-0"})
+    assert result.returncode == 0, result.stderr + result.stdout
+
+
+# ---------------------------------------------------------------------- the 3-node cluster
+def meta_group_formed(node: NatsProcess) -> bool:
+    meta = node.monitor("/jsz").get("meta_cluster", {})
+    return bool(meta.get("leader")) and meta.get("cluster_size") == 3
+
+
+async def test_cluster_forms_from_deploy_files_and_replicates_a_stream(
+    tmp_path: Path, servers: Servers
+) -> None:
+    staged = stage_nats_dir(tmp_path)
+    originals = [path.read_text() for path in CLUSTER_NODES]
+    ports = port_map(originals)
+    assert len(ports) == 9, f"3 nodes x (client, http, cluster) ports, found {sorted(ports)}"
+    nodes = []
+    for i, original in enumerate(originals, start=1):
+        config = staged / "cluster" / f"node-{i}.conf"
+        text = rewrite_config(original, ports, tmp_path / f"store-{i}")
+        config.write_text(text)
+        nodes.append(
+            NatsProcess(
+                f"node-{i}", config, top_level_port(text, "listen"),
+                top_level_port(text, "http"), tmp_path / f"node-{i}.log",
+            )  # fmt: skip
+        )
+    began = time.monotonic()
+    for node in nodes:
+        servers.start(node)
+    wait_until(lambda: all(meta_group_formed(n) for n in nodes), "a meta leader of 3", nodes)
+    formed = time.monotonic() - began
+
+    names = {n.monitor("/varz")["server_name"] for n in nodes}
+    assert names == {"headgate-nats-1", "headgate-nats-2", "headgate-nats-3"}
+    leaders = {n.monitor("/jsz")["meta_cluster"]["leader"] for n in nodes}
+    assert len(leaders) == 1, f"the nodes disagree on the meta leader: {leaders}"
+    for node in nodes:
+        # /routez counts pooled routes: every node must reach both others, by name.
+        remotes = {r["remote_name"] for r in node.monitor("/routez")["routes"]}
+        assert remotes == names - {node.monitor("/varz")["server_name"]}
+
+    nc = await nats.connect(
+        servers=[n.url for n in nodes], user=SERVICE, password=f"{SERVICE}-dev-password",
+        inbox_prefix=f"_INBOX.{SERVICE}", connect_timeout=5, max_reconnect_attempts=0,
+    )  # fmt: skip
+    try:
+        js = nc.jetstream(timeout=10)
+        info = await js.add_stream(
+            StreamConfig(
+                name="HEADGATE_PROPOSALS", subjects=["headgate.proposals.>"],
+                retention=RetentionPolicy.WORK_QUEUE, num_replicas=3,
+            )  # fmt: skip
+        )
+        assert info.config.num_replicas == 3
+        ack = await js.publish(
+            "headgate.proposals.builder-7", b"{}", headers={"Nats-Msg-Id": "p-1"}
+        )
+        assert ack.stream == "HEADGATE_PROPOSALS"
+        state = await js.stream_info("HEADGATE_PROPOSALS")
+        assert state.cluster is not None
+        assert state.cluster.leader in names
+        followers = {peer.name for peer in state.cluster.replicas or []}
+        assert followers | {state.cluster.leader} == names
+    finally:
+        await nc.close()
+    print(f"3-node cluster formed in {formed:.2f} s")
+
+
+# ---------------------------------------------------------------------- least privilege
+class Violations:
+    """The error callback of a connection: collects the server's -ERR permission violations."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self._changed = asyncio.Event()
+
+    async def record(self, error: Exception) -> None:
+        # A bound coroutine method: nats-py refuses callables that are not coroutine functions.
+        self.errors.append(str(error))
+        self._changed.set()
+
+    async def wait_for(self, kind: str, subject: str, timeout: float = 5) -> str:
+        """The violation for ``kind`` ("publish"/"subscription") to ``subject``."""
+        wanted = f'permissions violation for {kind} to "{subject.lower()}"'
+        async with asyncio.timeout(timeout):
+            while True:
+                for error in self.errors:
+                    if wanted in error.lower():
+                        return error
+                self._changed.clear()
+                await self._changed.wait()
+
+
+@dataclass
+class Conn:
+    nc: Client
+    violations: Violations
+
+
+@pytest.fixture
+async def connect(single_server: NatsProcess) -> AsyncIterator[Any]:
+    opened: list[Client] = []
+
+    async def open_as(user: str) -> Conn:
+        violations = Violations()
+        nc = await nats.connect(
+            single_server.url, user=user, password=f"{user}-dev-password",
+            inbox_prefix=f"_INBOX.{user}", error_cb=violations.record, max_reconnect_attempts=0,
+        )  # fmt: skip
+        opened.append(nc)
+        return Conn(nc, violations)
+
+    try:
+        yield open_as
+    finally:
+        for nc in opened:
+            await nc.close()
+
+
+STREAMS = [
+    StreamConfig(
+        name="HEADGATE_PROPOSALS", subjects=["headgate.proposals.>"],
+        retention=RetentionPolicy.WORK_QUEUE,
+    ),
+    StreamConfig(
+        name="HEADGATE_DECISIONS", subjects=["headgate.decisions.>", "headgate.cancel.>"],
+        retention=RetentionPolicy.WORK_QUEUE,
+    ),
+    StreamConfig(name="HEADGATE_INBOX", subjects=["headgate.inbox.>"], max_age=7 * 86400),
+    StreamConfig(
+        name="HEADGATE_RESULTS", subjects=["headgate.released.>", "headgate.blocked.>"],
+        max_age=7 * 86400,
+    ),
+    StreamConfig(
+        name="HEADGATE_EXECUTED", subjects=["headgate.executed.>"],
+        retention=RetentionPolicy.WORK_QUEUE,
+    ),
+]  # fmt: skip
+
+
+@pytest.fixture
+async def service(connect: Any) -> Conn:
+    """The service user, with the streams created as the service creates them (idempotent)."""
+    conn: Conn = await connect(SERVICE)
+    js = conn.nc.jetstream()
+    for config in STREAMS:
+        await js.add_stream(config)
+    return conn
+
+
+async def stream_messages(service: Conn, stream: str) -> int:
+    info = await service.nc.jetstream().stream_info(stream)
+    return int(info.state.messages)
+
+
+async def refused_publish(conn: Conn, subject: str) -> str:
+    """A JetStream publish the server must refuse: no PubAck, and a permissions violation."""
+    with pytest.raises(nats.errors.TimeoutError):
+        await conn.nc.jetstream().publish(subject, b"{}", timeout=0.5)
+    return await conn.violations.wait_for("publish", subject)
+
+
+async def test_agent_publishes_its_own_proposal_into_the_service_stream(
+    service: Conn, connect: Any
+) -> None:
+    agent: Conn = await connect(AGENT)
+    before = await stream_messages(service, "HEADGATE_PROPOSALS")
+    js = agent.nc.jetstream()
+    ack = await js.publish(
+        f"headgate.proposals.{AGENT}", b'{"agent": "builder-7"}', headers={"Nats-Msg-Id": "a-1"}
+    )
+    assert ack.stream == "HEADGATE_PROPOSALS"
+    again = await js.publish(
+        f"headgate.proposals.{AGENT}", b'{"agent": "builder-7"}', headers={"Nats-Msg-Id": "a-1"}
+    )
+    assert again.duplicate, "the retried publish is deduplicated by Nats-Msg-Id"
+    assert (await js.publish(f"headgate.cancel.{AGENT}", b"{}")).stream == "HEADGATE_DECISIONS"
+    assert (await js.publish(f"headgate.executed.{AGENT}", b"{}")).stream == "HEADGATE_EXECUTED"
+    assert await stream_messages(service, "HEADGATE_PROPOSALS") == before + 1
+    assert agent.violations.errors == []
+
+
+async def test_agent_cannot_publish_a_decision(service: Conn, connect: Any) -> None:
+    agent: Conn = await connect(AGENT)
+    before = await stream_messages(service, "HEADGATE_DECISIONS")
+    await refused_publish(agent, "headgate.decisions.x")
+    assert await stream_messages(service, "HEADGATE_DECISIONS") == before
+
+
+async def test_agent_cannot_publish_as_another_agent(service: Conn, connect: Any) -> None:
+    agent: Conn = await connect(AGENT)
+    before = await stream_messages(service, "HEADGATE_PROPOSALS")
+    await refused_publish(agent, "headgate.proposals.someone-else")
+    await refused_publish(agent, "headgate.cancel.someone-else")
+    await refused_publish(agent, "headgate.executed.someone-else")
+    await refused_publish(agent, "headgate.released.builder-7")
+    assert await stream_messages(service, "HEADGATE_PROPOSALS") == before
+
+
+async def test_agent_reads_its_results_and_only_its_own(service: Conn, connect: Any) -> None:
+    sjs = service.nc.jetstream()
+    await sjs.publish(f"headgate.released.{AGENT}", b"released")
+    await sjs.publish(f"headgate.blocked.{AGENT}", b"blocked")
+    await sjs.publish("headgate.released.someone-else", b"not yours")
+    agent: Conn = await connect(AGENT)
+    js = agent.nc.jetstream()
+
+    sub = await js.pull_subscribe(
+        f"headgate.*.{AGENT}", durable=f"agent-{AGENT}", stream="HEADGATE_RESULTS"
+    )
+    messages = await sub.fetch(100, timeout=1)
+    subjects = {m.subject for m in messages}
+    assert subjects == {f"headgate.released.{AGENT}", f"headgate.blocked.{AGENT}"}
+    for message in messages:
+        await message.ack()  # $JS.ACK.HEADGATE_RESULTS.agent-builder-7.> is allowed
+    assert agent.violations.errors == []
+
+    # Pointing its consumer at someone else's results is refused by the permissions...
+    other = "$JS.API.CONSUMER.CREATE.HEADGATE_RESULTS.agent-builder-7.headgate.released.someone-else"
+    config = ConsumerConfig(
+        name=f"agent-{AGENT}", durable_name=f"agent-{AGENT}",
+        filter_subject="headgate.released.someone-else",
+    )  # fmt: skip
+    request = json.dumps({"stream_name": "HEADGATE_RESULTS", "config": config.as_dict()})
+    with pytest.raises(nats.errors.TimeoutError):
+        await agent.nc.request(other, request.encode(), timeout=0.5)
+    await agent.violations.wait_for("publish", other)
+    # ... and through its own allowed subject by the server (config filter must match it).
+    mine = "$JS.API.CONSUMER.CREATE.HEADGATE_RESULTS.agent-builder-7.headgate.released.builder-7"
+    reply = await agent.nc.request(mine, request.encode(), timeout=2)
+    assert "did not match filtered subject" in json.loads(reply.data)["error"]["description"]
+    # Another consumer name, the unfiltered create, other streams: all refused.
+    for subject in [
+        "$JS.API.CONSUMER.CREATE.HEADGATE_RESULTS.agent-someone-else.headgate.released.builder-7",
+        "$JS.API.CONSUMER.CREATE.HEADGATE_RESULTS.agent-builder-7",
+        "$JS.API.CONSUMER.DURABLE.CREATE.HEADGATE_RESULTS.agent-builder-7",
+        "$JS.API.CONSUMER.MSG.NEXT.HEADGATE_INBOX.approver-alice",
+        "$JS.API.STREAM.DELETE.HEADGATE_RESULTS",
+    ]:
+        await agent.nc.publish(subject, b"{}")
+        await agent.violations.wait_for("publish", subject)
+
+
+async def test_agent_cannot_read_another_clients_replies(service: Conn, connect: Any) -> None:
+    agent: Conn = await connect(AGENT)
+    await agent.nc.subscribe(f"_INBOX.{APPROVER}.>")
+    await agent.violations.wait_for("subscription", f"_INBOX.{APPROVER}.>")
+    await agent.nc.subscribe("headgate.>")
+    await agent.violations.wait_for("subscription", "headgate.>")
+
+
+async def test_approver_publishes_a_decision_but_not_a_proposal(
+    service: Conn, connect: Any
+) -> None:
+    approver: Conn = await connect(APPROVER)
+    js = approver.nc.jetstream()
+    before = await stream_messages(service, "HEADGATE_DECISIONS")
+    ack = await js.publish("headgate.decisions.r-1", b"{}", headers={"Nats-Msg-Id": "d-1"})
+    assert ack.stream == "HEADGATE_DECISIONS"
+    assert await stream_messages(service, "HEADGATE_DECISIONS") == before + 1
+    await refused_publish(approver, f"headgate.proposals.{AGENT}")
+    await refused_publish(approver, f"headgate.released.{AGENT}")
+
+
+async def test_approver_reads_the_inbox_and_queries_the_service(
+    service: Conn, connect: Any
+) -> None:
+    await service.nc.jetstream().publish("headgate.inbox.default", b"request-1")
+
+    async def answer(msg: Any) -> None:
+        await msg.respond(b'{"pending": []}')
+
+    # The service answers in its queue group, on the approver's private inbox.
+    api = await service.nc.subscribe("headgate.api.pending", queue="headgate-api", cb=answer)
+    await service.nc.flush()
+    try:
+        approver: Conn = await connect(APPROVER)
+        sub = await approver.nc.jetstream().pull_subscribe(
+            "headgate.inbox.>", durable=f"approver-{APPROVER}", stream="HEADGATE_INBOX"
+        )
+        messages = await sub.fetch(1, timeout=2)
+        await messages[0].ack()
+        reply = await approver.nc.request("headgate.api.pending", b"{}", timeout=2)
+        assert json.loads(reply.data) == {"pending": []}
+        assert approver.violations.errors == []
+
+        # Cancelling is the service's (and the agent's own subject), not an approver's API.
+        await approver.nc.publish("headgate.api.cancel", b"{}")
+        await approver.violations.wait_for("publish", "headgate.api.cancel")
+        # An agent may not query the API: pending would list other agents' proposals.
+        agent: Conn = await connect(AGENT)
+        await agent.nc.publish("headgate.api.pending", b"{}")
+        await agent.violations.wait_for("publish", "headgate.api.pending")
+    finally:
+        await api.unsubscribe()
+
+
+async def test_wrong_password_is_refused(single_server: NatsProcess) -> None:
+    with pytest.raises(nats.errors.Error):
+        await nats.connect(
+            single_server.url, user=AGENT, password="guess",
+            allow_reconnect=False, connect_timeout=2,
+        )  # fmt: skip
+
+
+# ---------------------------------------------------------------------- compose
+def load_yaml(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(path.read_text())
+    return data
+
+
+def serve_settings(args: list[str], env: Mapping[str, str]) -> set[str]:
+    """Check ``args`` (after ``headgate serve``) and ``env``; the settings they provide."""
+    flags = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+    assert flags <= SERVE_FLAGS, f"unknown serve flags: {flags - SERVE_FLAGS}"
+    ours = {k for k in env if k.startswith("HEADGATE_")}
+    assert ours <= SERVE_ENV, f"unknown HEADGATE_ variables: {ours - SERVE_ENV}"
+    return {flag for flag, var in REQUIRED_SETTINGS.items() if flag in flags or var in env}
+
+
+def dockerfile_entrypoint() -> list[str]:
+    text = (DEPLOY / "Dockerfile").read_text()
+    found = re.findall(r"(?m)^ENTRYPOINT\s+(\[.*\])\s*$", text)
+    assert len(found) == 1, "one exec-form ENTRYPOINT"
+    entrypoint: list[str] = json.loads(found[0])
+    return entrypoint
+
+
+def test_dockerfile_builds_the_repo_with_postgres_as_a_non_root_user() -> None:
+    text = (DEPLOY / "Dockerfile").read_text()
+    assert re.search(r"(?m)^FROM python:3\.11-slim", text)
+    assert re.search(r"pip install .*\.\[postgres\]", text)
+    users = re.findall(r"(?m)^USER\s+(\S+)", text)
+    assert users, "the image must switch to a non-root USER"
+    assert users[-1] not in {"root", "0", "0:0"}
+    assert dockerfile_entrypoint()[-2:] == ["headgate", "serve"]
+
+
+def compose_services() -> dict[str, dict[str, Any]]:
+    services: dict[str, dict[str, Any]] = load_yaml(DEPLOY / "compose.yaml")["services"]
+    return services
+
+
+def compose_env(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment", {})
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def test_compose_runs_three_nats_nodes_postgres_and_two_headgate_replicas() -> None:
+    services = compose_services()
+    nats_nodes = {n: s for n, s in services.items() if str(s.get("image", "")).startswith("nats:")}
+    assert len(nats_nodes) == 3
+    names = {compose_env(s)["NATS_SERVER_NAME"] for s in nats_nodes.values()}
+    assert len(names) == 3, "each node needs its own server name"
+    routes = re.findall(r"nats-route://([\w-]+):", (NATS_DIR / "cluster" / "container.conf").read_text())
+    assert set(routes) == set(nats_nodes), "container.conf routes name the compose services"
+    for service in nats_nodes.values():
+        assert "healthcheck" in service
+        assert "/etc/nats/cluster/container.conf" in service["command"]
+
+    postgres = [s for s in services.values() if str(s.get("image", "")).startswith("postgres:")]
+    assert len(postgres) == 1
+    assert "healthcheck" in postgres[0]
+
+    headgate = {n: s for n, s in services.items() if "build" in s}
+    replicas = sum(int(s.get("deploy", {}).get("replicas", 1)) for s in headgate.values())
+    assert replicas == 2
+    entrypoint = dockerfile_entrypoint()
+    for name, service in headgate.items():
+        assert service["build"]["dockerfile"].endswith("Dockerfile")
+        assert "healthcheck" in service, name
+        assert service.get("entrypoint") in (None, entrypoint)
+        env = compose_env(service)
+        provided = serve_settings(list(service.get("command", [])), env)
+        assert provided == set(REQUIRED_SETTINGS), f"{name} misses {set(REQUIRED_SETTINGS) - provided}"
+        urls = env["HEADGATE_NATS_URL"].split(",")
+        assert {u.split("//")[1].split(":")[0] for u in urls} == set(nats_nodes)
+        assert env["HEADGATE_DATABASE_URL"].startswith("postgresql+asyncpg://")
+        assert env["HEADGATE_STREAM_REPLICAS"] == "3"
+        assert env["HEADGATE_NATS_USER"] == SERVICE
+        depends = service.get("depends_on", {})
+        assert all(depends[n]["condition"] == "service_healthy" for n in [*nats_nodes])
+
+
+def test_compose_mounts_existing_deploy_files() -> None:
+    for name, service in compose_services().items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":", 1)[0] if isinstance(volume, str) else volume["source"]
+            if source.startswith("."):
+                assert (DEPLOY / source).exists(), f"{name} mounts missing {source}"
+
+
+# ---------------------------------------------------------------------- kubernetes
+def k8s_by_kind(kind: str) -> list[dict[str, Any]]:
+    return [d for d in k8s_documents() if d["kind"] == kind]
+
+
+def container_named(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = doc["spec"]["template"]["spec"]["containers"]
+    return next(c for c in containers if c["name"] == name)
+
+
+def test_k8s_manifests_have_the_expected_kinds() -> None:
+    documents = k8s_documents()
+    kinds = {d["kind"] for d in documents}
+    assert {"Namespace", "StatefulSet", "Service", "ConfigMap", "Secret", "Deployment"} <= kinds
+    namespaces = {d["metadata"]["name"] for d in k8s_by_kind("Namespace")}
+    assert namespaces == {"headgate"}
+    for doc in documents:
+        if doc["kind"] != "Namespace":
+            assert doc["metadata"].get("namespace") == "headgate", doc["metadata"]["name"]
+
+
+def test_k8s_nats_is_a_three_node_statefulset_behind_a_headless_service() -> None:
+    (nats_set,) = [s for s in k8s_by_kind("StatefulSet") if s["metadata"]["name"] == "headgate-nats"]
+    assert nats_set["spec"]["replicas"] == 3
+    service_name = nats_set["spec"]["serviceName"]
+    (headless,) = [s for s in k8s_by_kind("Service") if s["metadata"]["name"] == service_name]
+    assert headless["spec"]["clusterIP"] == "None"
+    routes = set(re.findall(r"nats-route://([\w.-]+):6222", k8s_nats_conf()))
+    assert routes == {f"headgate-nats-{i}.{service_name}" for i in range(3)}
+    container = container_named(nats_set, "nats")
+    assert container["image"].startswith("nats:")
+    assert nats_set["spec"]["volumeClaimTemplates"]
+
+
+def test_k8s_headgate_runs_two_replicas_with_health_probes() -> None:
+    (deployment,) = k8s_by_kind("Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    container = container_named(deployment, "headgate")
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    command = [*container.get("command", dockerfile_entrypoint()), *container.get("args", [])]
+    assert command[:2] == ["headgate", "serve"]
+    env = {e["name"]: e.get("value", "<from secret>") for e in container["env"]}
+    assert serve_settings(command[2:], env) == set(REQUIRED_SETTINGS)
+    assert env["HEADGATE_STREAM_REPLICAS"] == "3"
+    secrets = {
+        e["valueFrom"]["secretKeyRef"]["name"]
+        for e in container["env"]
+        if "valueFrom" in e and "secretKeyRef" in e["valueFrom"]
+    }
+    assert secrets, "the database URL and NATS password come from a Secret"
+    metrics = [
+        s for s in k8s_by_kind("Service")
+        if s["spec"].get("selector") == deployment["spec"]["selector"]["matchLabels"]
+    ]  # fmt: skip
+    assert metrics, "a Service exposes the replicas' metrics port"
+
+
+def test_k8s_policy_configmap_is_a_valid_policy(tmp_path: Path) -> None:
+    from workflow.policy.model import load_policy
+
+    policies = [d for d in k8s_by_kind("ConfigMap") if "policy.toml" in d.get("data", {})]
+    assert len(policies) == 1
+    path = tmp_path / "policy.toml"
+    path.write_text(policies[0]["data"]["policy.toml"])
+    load_policy(path)
+
+
+# ---------------------------------------------------------------------- systemd
+def test_systemd_unit_is_hardened_and_runs_headgate_serve() -> None:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read(DEPLOY / "systemd" / "headgate.service")
+    service = parser["Service"]
+    assert " serve" in service["ExecStart"]
+    assert service["ExecStart"].split()[0].endswith("/headgate")
+    assert service["Restart"] == "on-failure"
+    assert service["ProtectSystem"] == "strict"
+    assert service["EnvironmentFile"].lstrip("-") == "/etc/headgate/env"
+    assert service.get("StateDirectory")
+    assert service.get("DynamicUser") == "yes" or service.get("User") not in (None, "root")
+    assert parser["Install"]["WantedBy"]
+
+    example = (DEPLOY / "systemd" / "headgate.env.example").read_text()
+    names = set(re.findall(r"(?m)^(HEADGATE_\w+)=", example))
+    assert names <= SERVE_ENV
+    assert {"HEADGATE_NATS_URL", "HEADGATE_DATABASE_URL"} <= names

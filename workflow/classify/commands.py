@@ -1,0 +1,406 @@
+"""One simple command, quoting removed: which rules fire (DESIGN §4 layer 6).
+
+`analyse_argv` resolves the command name (`/bin/rm` is rm, `./rm` is a local program, `$x` is
+unknowable), unwraps wrappers (`sudo`, `env`, `timeout`, `xargs`, `find -exec`...), hands
+nested shell text (`bash -c`, `eval`, `su -c`, `watch`) back to the parser, applies the danger
+rules in `rules.py`, and decides the base class: read (the reviewed read-only list or an
+operator read template), templated exec (medium), or un-templated exec (high).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from enum import Enum
+
+from workflow.classify import rules
+from workflow.classify.findings import finding
+from workflow.classify.readonly import READ_ONLY
+from workflow.classify.shellstate import (
+    DECODE,
+    DYNAMIC,
+    FETCH,
+    INTERP,
+    UNKNOWN_WORD,
+    ShellState,
+    Word,
+    shown,
+)
+from workflow.classify.targets import Access, check_path, normalise
+from workflow.classify.taxonomy import Category, RiskClass, Severity
+
+_STD_DIRS = frozenset({"/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin",
+                       "/usr/local/sbin", "/opt/homebrew/bin", "/run/current-system/sw/bin"})
+SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "tcsh", "csh",
+                    "busybox"})
+INTERPRETERS = frozenset({"python", "python2", "python3", "perl", "ruby", "node", "nodejs",
+                          "deno", "bun", "php", "lua", "Rscript", "pwsh", "powershell",
+                          "osascript", "tclsh", "irb", "jshell"})
+
+
+class Base(Enum):
+    READ = "read"
+    WRITE = "write"
+    EXEC = "exec"
+    WRAPPED = "wrapped"  # the class comes from the wrapped command
+
+
+def command_name(value: str) -> str | None:
+    """The program a static command word runs, or None for a local program (`./x`)."""
+    if "/" not in value:
+        return value
+    directory, base = posixpath.split(posixpath.normpath(value))
+    return base if directory in _STD_DIRS else None
+
+
+def _dynamic_name(head: Word, words: list[Word], st: ShellState) -> frozenset[str]:
+    if head.traits & {FETCH, DECODE}:
+        st.add(
+            finding(
+                "shell.exec_fetched",
+                f"`{shown(words)}` runs a command whose name comes from downloaded or decoded "
+                "content (critical).",
+                RiskClass.EXEC,
+                Severity.CRITICAL,
+                *((Category.NETWORK,) if FETCH in head.traits else ()),
+            )
+        )
+    st.add(
+        finding(
+            "shell.dynamic_command",
+            f"`{shown(words)}` computes the command name at run time (variable or "
+            "substitution), so what runs cannot be known; it fails closed (exec, high).",
+            RiskClass.EXEC,
+            Severity.HIGH,
+            fail_closed=True,
+        )
+    )
+    return frozenset({INTERP})
+
+
+def _local_program(value: str, words: list[Word], st: ShellState) -> frozenset[str]:
+    path = normalise(value, st.cwd, st.rules.home)
+    st.add(*check_path(value, st.cwd, st.rules, Access.WRITE, f"Running `{value}`"))
+    if path in st.downloaded:
+        st.add(rules.runs_download(value))
+    st.add(
+        finding(
+            "shell.local_program",
+            f"`{shown(words)}` runs the program `{value}`, whose contents are not analysed "
+            "(exec, high).",
+            RiskClass.EXEC,
+            Severity.HIGH,
+        )
+    )
+    return frozenset({INTERP})
+
+
+def analyse_argv(
+    words: list[Word], st: ShellState, stdin_text: str | None = None
+) -> frozenset[str]:
+    """Classify one simple command; adds findings to `st` and returns its traits."""
+    if not words:
+        return frozenset()
+    head = words[0]
+    if head.value is None or any(c in head.value for c in "*?["):
+        return _dynamic_name(head, words, st)
+    name = command_name(head.value)
+    if name is None:
+        return _local_program(head.value, words, st)
+    args = words[1:]
+    wrapped = _WRAPPERS.get(name)
+    if wrapped is not None:
+        return wrapped(name, args, st, stdin_text)
+    if name in SHELLS or name in INTERPRETERS or name in ("eval", "source", "."):
+        traits = _interpreter(name, args, st, stdin_text)
+        _base(Base.EXEC, words, st, args)
+        return traits
+    if name in ("cd", "pushd") and args:
+        target = args[-1]
+        st.cwd = (
+            normalise(target.text, st.cwd, st.rules.home) if target.value else "/" + DYNAMIC
+        )
+    base, traits, path_args = rules.apply(name, args, st, stdin_text)
+    if base is None:
+        checker = READ_ONLY.get(name)
+        base = Base.READ if checker is not None and checker(args) else Base.EXEC
+    else:
+        base = {"write": Base.WRITE, "exec": Base.EXEC, "read": Base.READ}[base]
+    _base(base, words, st, path_args if path_args is not None else default_paths(args))
+    return traits
+
+
+def default_paths(args: list[Word]) -> list[Word]:
+    out = []
+    for w in args:
+        text = w.approx
+        if text.startswith("--") and "=" in text:
+            out.append(Word.of(text.split("=", 1)[1]))
+        elif text.startswith("-") or not text:
+            continue
+        elif "=" in text and "/" in text.split("=", 1)[1]:
+            out.append(Word.of(text.split("=", 1)[1]))
+        else:
+            out.append(w)
+    return out
+
+
+def _base(base: Base | str, words: list[Word], st: ShellState, paths: list[Word]) -> None:
+    cmd = shown(words)
+    if base is Base.EXEC:
+        if any(t.matches(words) for t in st.read_templates):
+            base = Base.READ
+            st.add(
+                finding(
+                    "shell.read_template",
+                    f"`{cmd}` matches an operator read template (read, low).",
+                    RiskClass.READ,
+                    Severity.LOW,
+                )
+            )
+        elif any(t.matches(words) for t in st.exec_templates):
+            st.add(
+                finding(
+                    "shell.exec_template",
+                    f"`{cmd}` matches an operator exec template (templated exec, medium).",
+                    RiskClass.EXEC,
+                    Severity.MEDIUM,
+                )
+            )
+        else:
+            st.add(
+                finding(
+                    "shell.untemplated_exec",
+                    f"`{cmd}` is not a known read-only command or an operator template "
+                    "(un-templated exec, high).",
+                    RiskClass.EXEC,
+                    Severity.HIGH,
+                )
+            )
+    elif base is Base.READ:
+        st.add(
+            finding(
+                "shell.read_only",
+                f"`{cmd}` only reads (read, low).",
+                RiskClass.READ,
+                Severity.LOW,
+            )
+        )
+    elif base is Base.WRITE:
+        st.add(
+            finding(
+                "shell.write",
+                f"`{cmd}` writes the files it names (write_local, medium).",
+                RiskClass.WRITE_LOCAL,
+                Severity.MEDIUM,
+            )
+        )
+    access = Access.READ if base is Base.READ else Access.WRITE
+    for w in paths:
+        st.add(*check_path(w.approx, st.cwd, st.rules, access, f"`{cmd}`"))
+
+
+# --------------------------------------------------------------------------- interpreters
+
+
+def _nested(text: Word, label: str, st: ShellState) -> frozenset[str]:
+    if text.value is None:
+        st.add(rules.runs_unknown_code(label, text.traits))
+        return frozenset()
+    return st.nested(text.value, label, st)
+
+
+def _flag_value(args: list[Word], flags: tuple[str, ...]) -> Word | None:
+    for i, w in enumerate(args):
+        if w.value in flags and i + 1 < len(args):
+            return args[i + 1]
+        if w.value is not None and w.value.startswith("-") and not w.value.startswith("--"):
+            if w.value[-1:] in {f[-1] for f in flags if len(f) == 2} and i + 1 < len(args):
+                return args[i + 1]
+    return None
+
+
+def _interpreter(
+    name: str, args: list[Word], st: ShellState, stdin_text: str | None
+) -> frozenset[str]:
+    label = f"`{name}`"
+    if any(a.traits & {FETCH, DECODE} for a in args):
+        st.add(rules.runs_download(f"{name} {shown(args)}"))
+    if name in ("eval", "source", "."):
+        if name == "eval":
+            joined = Word(
+                " ".join(a.value for a in args if a.value is not None)
+                if all(a.value is not None for a in args) else None, "",
+                frozenset().union(*(a.traits for a in args)) if args else frozenset())
+            return _nested(joined, "The `eval` text", st)
+        target = args[0].text if args else "/dev/stdin"
+        if target in ("/dev/stdin", "-", "/proc/self/fd/0"):
+            return frozenset({INTERP})
+        return frozenset()
+    if name in SHELLS:
+        code = _flag_value(args, ("-c",))
+        if code is not None:
+            return _nested(code, f"The `{name} -c` text", st)
+    else:
+        code = _flag_value(args, ("-c", "-e", "-E", "--eval", "-p", "--print", "-r"))
+        if code is not None:
+            st.add(rules.inline_code(name, code))
+            return frozenset()
+        if args and args[0].value == "-m" and len(args) > 1:
+            return rules.python_module(args[1].text, args[2:], st)
+    positional = [a for a in args if not a.text.startswith("-") or a.text == "-"]
+    if positional and positional[0].text not in ("-", "/dev/stdin"):
+        script = positional[0].text
+        st.add(*check_path(script, st.cwd, st.rules, Access.WRITE, f"{label} running a script"))
+        if normalise(script, st.cwd, st.rules.home) in st.downloaded:
+            st.add(rules.runs_download(f"{name} {script}"))
+        return frozenset()
+    if stdin_text is not None and name in SHELLS:
+        return _nested(Word.of(stdin_text), f"The script fed to `{name}`", st)
+    return frozenset({INTERP})
+
+
+# --------------------------------------------------------------------------- wrappers
+
+
+def _skip_options(args: list[Word], with_value: frozenset[str]) -> list[Word]:
+    i = 0
+    while i < len(args):
+        v = args[i].text
+        if v == "--":
+            return args[i + 1 :]
+        if not v.startswith("-") or v == "-":
+            break
+        i += 2 if v in with_value else 1
+    return args[i:]
+
+
+def _plain(opts: frozenset[str], positional: int = 0) -> rules.Wrapper:
+    def unwrap(
+        name: str, args: list[Word], st: ShellState, stdin_text: str | None
+    ) -> frozenset[str]:
+        rest = _skip_options(args, opts)[positional:]
+        if not rest:
+            return _bare(name, args, st)
+        return analyse_argv(rest, st, stdin_text)
+
+    return unwrap
+
+
+def _bare(name: str, args: list[Word], st: ShellState) -> frozenset[str]:
+    base = Base.READ if name in ("time", "nice", "command", "builtin") else Base.EXEC
+    _base(base, [Word.of(name), *args], st, [])
+    return frozenset()
+
+
+def _env(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
+    rest = _skip_options(args, frozenset({"-u", "--unset", "-C", "--chdir", "-S"}))
+    split = _flag_value(args, ("-S", "--split-string"))
+    if split is not None:
+        return _nested(split, "The `env -S` text", st)
+    while rest and rest[0].value is not None and "=" in rest[0].value:
+        var = rest[0].value.split("=", 1)[0]
+        if var in ("PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "IFS",
+                   "BASH_ENV", "PYTHONPATH", "NODE_OPTIONS", "GIT_SSH_COMMAND"):
+            st.add(rules.sensitive_variable(var))
+        rest = rest[1:]
+    if not rest:
+        st.add(rules.env_dump(f"{name} {shown(args)}".strip()))
+        return frozenset()
+    return analyse_argv(rest, st, stdin_text)
+
+
+def _privileged(
+    name: str, args: list[Word], st: ShellState, stdin_text: str | None
+) -> frozenset[str]:
+    st.add(rules.privileged_wrapper(name, args))
+    rest = _skip_options(args, frozenset({"-u", "-g", "-U", "-C", "-D", "-h", "-p", "-r",
+                                          "-t", "-T", "--user", "--group"}))
+    if name == "su":
+        code = _flag_value(args, ("-c", "--command"))
+        return _nested(code, "The `su -c` text", st) if code is not None else frozenset()
+    if name == "chroot" and rest:
+        rest = rest[1:]
+    if not rest:
+        return frozenset()
+    return analyse_argv(rest, st, stdin_text)
+
+
+def _xargs(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
+    rest = _skip_options(args, frozenset({"-n", "-I", "-P", "-d", "-L", "-a", "-E", "-s",
+                                          "-i", "--max-args", "--delimiter", "--arg-file"}))
+    if not rest:
+        rest = [Word.of("echo")]
+    return analyse_argv([*rest, UNKNOWN_WORD], st, None)
+
+
+def _timeout(
+    name: str, args: list[Word], st: ShellState, stdin_text: str | None
+) -> frozenset[str]:
+    rest = _skip_options(args, frozenset({"-s", "-k", "--signal", "--kill-after"}))
+    return analyse_argv(rest[1:], st, stdin_text) if len(rest) > 1 else _bare(name, args, st)
+
+
+def _watch(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
+    rest = _skip_options(args, frozenset({"-n", "--interval", "-d"}))
+    if not rest:
+        return _bare(name, args, st)
+    if all(w.value is not None for w in rest):
+        return _nested(Word.of(" ".join(w.text for w in rest)), "The `watch` command", st)
+    return _nested(UNKNOWN_WORD, "The `watch` command", st)
+
+
+def _find(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
+    traits: set[str] = set()
+    i = 0
+    while i < len(args):
+        if args[i].value in ("-exec", "-execdir", "-ok", "-okdir"):
+            end = i + 1
+            while end < len(args) and args[end].value not in (";", "+"):
+                end += 1
+            inner = [UNKNOWN_WORD if w.value == "{}" else w for w in args[i + 1 : end]]
+            traits |= analyse_argv(inner, st, None)
+            i = end
+        i += 1
+    rules.find_rules(args, st)
+    checker = READ_ONLY["find"]
+    roots = [w for w in args if not w.text.startswith(("-", "(", "!", ")"))][:1]
+    base = Base.READ if checker(args) else Base.EXEC
+    if base is Base.EXEC and all(
+        w.value not in ("-delete", "-fprint", "-fprint0", "-fprintf", "-fls") for w in args
+    ):
+        base = Base.WRAPPED  # only -exec: the class comes from the commands it runs
+    _base(base, [Word.of(name), *args], st, roots)
+    return frozenset(traits)
+
+
+_WRAPPERS: dict[str, rules.Wrapper] = {
+    "env": _env,
+    "nohup": _plain(frozenset()),
+    "time": _plain(frozenset({"-f", "-o"})),
+    "nice": _plain(frozenset({"-n", "--adjustment"})),
+    "ionice": _plain(frozenset({"-c", "-n", "-p", "-t"})),
+    "stdbuf": _plain(frozenset({"-i", "-o", "-e"})),
+    "setsid": _plain(frozenset()),
+    "command": lambda n, a, s, i: (
+        analyse_argv(_skip_options(a, frozenset()), s, i)
+        if a and a[0].value not in ("-v", "-V") else _bare(n, a, s)),
+    "builtin": _plain(frozenset()),
+    "exec": _plain(frozenset({"-a"})),
+    "unbuffer": _plain(frozenset()),
+    "caffeinate": _plain(frozenset({"-t", "-w"})),
+    "strace": _plain(frozenset({"-o", "-e", "-p", "-s"})),
+    "ltrace": _plain(frozenset({"-o", "-e", "-p", "-s"})),
+    "flock": _plain(frozenset({"-w", "-E", "--timeout"}), positional=1),
+    "timeout": _timeout,
+    "gtimeout": _timeout,
+    "xargs": _xargs,
+    "parallel": _xargs,
+    "watch": _watch,
+    "find": _find,
+    "sudo": _privileged,
+    "doas": _privileged,
+    "su": _privileged,
+    "pkexec": _privileged,
+    "run0": _privileged,
+    "chroot": _privileged,
+}

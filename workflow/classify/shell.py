@@ -1,0 +1,354 @@
+"""Shell command analysis (DESIGN §4 layer 6): parsed with tree-sitter-bash, never regexes on
+raw text.
+
+The walker visits every simple command wherever it sits (pipelines, lists, subshells, command
+and process substitution, control flow, function bodies) and hands each, with quoting removed,
+to `commands.analyse_argv`. Redirections are checked here. A tree with ERROR or MISSING nodes
+is unparseable and fails closed; so does nesting (`bash -c "bash -c '…'"`) deeper than
+`MAX_DEPTH`.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import tree_sitter_bash
+from tree_sitter import Language, Node, Parser, Tree
+
+from workflow.classify import commands
+from workflow.classify.findings import Finding, finding
+from workflow.classify.shellstate import (
+    DECODE,
+    DYNAMIC,
+    FETCH,
+    INTERP,
+    ShellState,
+    Word,
+)
+from workflow.classify.targets import Access, check_path
+from workflow.classify.taxonomy import Category, RiskClass, Severity
+
+MAX_DEPTH = 6
+MAX_COMMAND_BYTES = 64 * 1024
+
+_LANGUAGE = Language(tree_sitter_bash.language())
+_PARSER = Parser(_LANGUAGE)
+
+_SECRET_VAR = re.compile(r"(?i)(secret|token|passw|api_?key|private_?key|credential|auth)")
+_SAFE_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
+_SENSITIVE_VARS = frozenset(
+    {"PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "IFS", "BASH_ENV",
+     "ENV", "PROMPT_COMMAND", "PYTHONPATH", "PYTHONSTARTUP", "NODE_OPTIONS", "GIT_SSH_COMMAND",
+     "GIT_EXTERNAL_DIFF", "PAGER", "EDITOR", "SHELLOPTS", "BASHOPTS", "PS4"}
+)
+_ANSI_SIMPLE = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n",
+                "r": "\r", "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+_ANSI_ESCAPE = re.compile(r"\\(x[0-9A-Fa-f]{1,2}|[0-7]{1,3}|u[0-9A-Fa-f]{1,4}|"
+                          r"U[0-9A-Fa-f]{1,8}|c.|.)", re.DOTALL)
+
+
+def _text(node: Node) -> str:
+    return (node.text or b"").decode("utf-8", "replace")
+
+
+def _ansi_c(body: str) -> str:
+    def sub(m: re.Match[str]) -> str:
+        esc = m.group(1)
+        if esc[0] in "xuU":
+            return chr(int(esc[1:], 16)) if len(esc) > 1 else m.group(0)
+        if esc[0].isdigit():
+            return chr(int(esc, 8) & 0xFF)
+        if esc[0] == "c":
+            return chr(ord(esc[1]) & 0x1F)
+        return _ANSI_SIMPLE.get(esc, m.group(0))
+
+    return _ANSI_ESCAPE.sub(sub, body)
+
+
+def _unescape_word(text: str) -> str:
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text):
+            if text[i + 1] != "\n":
+                out.append(text[i + 1])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _unescape_dq(text: str) -> str:
+    return re.sub(r'\\([$`"\\\n])', lambda m: "" if m.group(1) == "\n" else m.group(1), text)
+
+
+def _problem(root: Node) -> str:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.is_missing:
+            return f"a missing `{node.type}` at column {node.start_point[1] + 1}"
+        if node.type == "ERROR":
+            snippet = _text(node)[:40]
+            return f"a syntax error at `{snippet}` (line {node.start_point[0] + 1})"
+        stack.extend(c for c in node.children if c.has_error or c.is_missing)
+    return "a syntax error"
+
+
+class Walker:
+    """Walks one parsed command line, adding findings to the state; returns traits."""
+
+    def __init__(self, state: ShellState) -> None:
+        self.st = state
+
+    # ------------------------------------------------------------------ words
+
+    def word(self, node: Node) -> Word:
+        t = node.type
+        if t == "word" or t == "number":
+            text = _unescape_word(_text(node))
+            return Word(text, text)
+        if t == "raw_string":
+            text = _text(node)[1:-1]
+            return Word(text, text)
+        if t == "ansi_c_string":
+            text = _ansi_c(_text(node)[2:-1])
+            return Word(text, text)
+        if t in ("string", "translated_string", "concatenation"):
+            return self._join([self._part(c) for c in node.named_children], node)
+        if t in ("simple_expansion", "expansion"):
+            return self._expansion(node)
+        if t in ("command_substitution", "process_substitution", "arithmetic_expansion"):
+            traits = self.walk_children(node)
+            return Word(None, DYNAMIC, traits)
+        traits = self.walk_children(node)
+        return Word(None, _text(node) or DYNAMIC, traits)
+
+    def _part(self, node: Node) -> Word:
+        if node.type == "string_content":
+            text = _unescape_dq(_text(node))
+            return Word(text, text)
+        return self.word(node)
+
+    def _join(self, parts: list[Word], node: Node) -> Word:
+        if node.type in ("string", "translated_string") and not node.named_children:
+            return Word("", "")
+        approx = "".join(p.approx for p in parts)
+        traits = frozenset().union(*(p.traits for p in parts)) if parts else frozenset()
+        static = all(p.value is not None for p in parts)
+        return Word(approx if static else None, approx, traits)
+
+    def _expansion(self, node: Node) -> Word:
+        names = [c for c in node.named_children if c.type in ("variable_name", "special_variable_name")]
+        name = _text(names[0]) if names else ""
+        simple = node.type == "simple_expansion" or _text(node) == "${" + name + "}"
+        traits = self.walk_children(node) if node.type == "expansion" else frozenset()
+        if name == "HOME" and simple:
+            return Word(self.st.rules.home, self.st.rules.home)
+        if _SECRET_VAR.search(name):
+            self.st.add(
+                finding(
+                    "shell.secret_variable",
+                    f"The command expands `${name}`, which by its name holds a secret "
+                    "(secret_access, high).",
+                    RiskClass.EGRESS,
+                    Severity.HIGH,
+                    Category.SECRET_ACCESS,
+                )
+            )
+        return Word(None, DYNAMIC, traits)
+
+    # ------------------------------------------------------------------ structure
+
+    def walk_children(self, node: Node) -> frozenset[str]:
+        traits: set[str] = set()
+        for child in node.named_children:
+            traits |= self.walk(child)
+        return frozenset(traits)
+
+    def walk(self, node: Node, stdin_text: str | None = None) -> frozenset[str]:
+        t = node.type
+        if t == "command":
+            return self.command(node, stdin_text)
+        if t == "pipeline":
+            return self.pipeline(node)
+        if t == "redirected_statement":
+            return self.redirected(node)
+        if t == "variable_assignment":
+            return self.assignment(node)
+        if t in ("word", "string", "raw_string", "concatenation", "simple_expansion",
+                 "expansion", "command_substitution", "process_substitution"):
+            return self.word(node).traits
+        if t == "comment":
+            return frozenset()
+        return self.walk_children(node)
+
+    def assignment(self, node: Node) -> frozenset[str]:
+        name_node = node.child_by_field_name("name")
+        name = _text(name_node) if name_node else ""
+        value = node.child_by_field_name("value")
+        traits = self.word(value).traits if value is not None else frozenset()
+        if name in _SENSITIVE_VARS:
+            self.st.add(
+                finding(
+                    "shell.sensitive_variable",
+                    f"The command sets `{name}`, which changes which programs run or how the "
+                    "line is split, so the analysis cannot vouch for it (exec, high).",
+                    RiskClass.EXEC,
+                    Severity.HIGH,
+                    fail_closed=True,
+                )
+            )
+        return traits
+
+    def command(self, node: Node, stdin_text: str | None) -> frozenset[str]:
+        words: list[Word] = []
+        traits: set[str] = set()
+        for child in node.named_children:
+            if child.type == "variable_assignment":
+                traits |= self.assignment(child)
+            elif child.type == "command_name":
+                words.extend(self.word(c) for c in child.named_children)
+            elif child.type in ("file_redirect", "herestring_redirect"):
+                stdin_text = self.redirect(child) or stdin_text
+            else:
+                words.append(self.word(child))
+        for w in words:
+            traits |= w.traits
+        traits -= {INTERP}
+        own = commands.analyse_argv(words, self.st, stdin_text)
+        return frozenset(traits | own)
+
+    def pipeline(self, node: Node) -> frozenset[str]:
+        stages = [c for c in node.named_children if c.type != "comment"]
+        upstream: set[str] = set()
+        result: set[str] = set()
+        for stage in stages:
+            traits = self.walk(stage)
+            if INTERP in traits and upstream & {FETCH, DECODE}:
+                what = "downloaded" if FETCH in upstream else "decoded"
+                self.st.add(
+                    finding(
+                        "shell.pipe_to_interpreter",
+                        f"`{_text(node)[:80]}` pipes {what} content into an interpreter: it "
+                        "downloads or decodes code and executes it (critical).",
+                        RiskClass.EXEC,
+                        Severity.CRITICAL,
+                        *((Category.NETWORK,) if FETCH in upstream else ()),
+                    )
+                )
+            upstream |= traits
+            result |= traits
+        return frozenset(result)
+
+    def redirected(self, node: Node) -> frozenset[str]:
+        body = node.child_by_field_name("body")
+        stdin_text: str | None = None
+        traits: set[str] = set()
+        for child in node.named_children:
+            if child is body or (body is not None and child.id == body.id):
+                continue
+            if child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
+                stdin_text = self.redirect(child) or stdin_text
+            else:
+                traits |= self.walk(child)
+        if body is not None:
+            traits |= self.walk(body, stdin_text)
+        return frozenset(traits)
+
+    def redirect(self, node: Node) -> str | None:
+        """Checks one redirection; returns text it feeds to standard input, if static."""
+        if node.type == "herestring_redirect":
+            targets = [self.word(c) for c in node.named_children]
+            return targets[-1].value if targets else None
+        if node.type == "heredoc_redirect":
+            bodies = [c for c in node.named_children if c.type == "heredoc_body"]
+            for b in bodies:
+                self.walk_children(b)
+            return _text(bodies[0]) if bodies else None
+        op = next((_text(c) for c in node.children if not c.is_named), ">")
+        dest_nodes = [c for c in node.named_children if c.type != "file_descriptor"]
+        if not dest_nodes:
+            return None
+        dest = self.word(dest_nodes[-1])
+        if op in (">&", "<&", ">&-", "<&-") and dest.text.isdigit() or dest.text == "-":
+            return None
+        self._redirect_target(op, dest)
+        return None
+
+    def _redirect_target(self, op: str, dest: Word) -> None:
+        text = dest.text
+        if text.startswith(("/dev/tcp/", "/dev/udp/")):
+            self.st.add(
+                finding(
+                    "shell.dev_tcp",
+                    f"The command opens a raw network connection through `{text}` (a common "
+                    "reverse-shell trick) (network, critical).",
+                    RiskClass.EXEC,
+                    Severity.CRITICAL,
+                    Category.NETWORK,
+                )
+            )
+            return
+        if text in _SAFE_SINKS:
+            return
+        reading = op in ("<", "<<<")
+        access = Access.READ if reading else Access.WRITE
+        via = "An input redirection" if reading else f"The redirection `{op} {text}`"
+        self.st.add(*check_path(dest.approx, self.st.cwd, self.st.rules, access, via))
+        if not reading:
+            self.st.add(
+                finding(
+                    "shell.redirect_write",
+                    f"The redirection `{op} {text}` writes to a file (write_local, medium).",
+                    RiskClass.WRITE_LOCAL,
+                    Severity.MEDIUM,
+                )
+            )
+
+
+def _parse_failure(message: str) -> Finding:
+    return finding(
+        "shell.unparseable",
+        message,
+        RiskClass.EXEC,
+        Severity.CRITICAL,
+        fail_closed=True,
+    )
+
+
+def analyse_source(source: str, label: str, state: ShellState) -> frozenset[str]:
+    """Parse and walk one shell source (a command line or a nested `-c` string)."""
+    if state.depth > MAX_DEPTH:
+        state.add(
+            _parse_failure(
+                f"{label} nests shells more than {MAX_DEPTH} levels deep; it cannot be analysed "
+                "and fails closed (critical)."
+            )
+        )
+        return frozenset()
+    data = source.encode("utf-8", "surrogatepass")
+    if len(data) > MAX_COMMAND_BYTES:
+        state.add(_parse_failure(f"{label} is longer than {MAX_COMMAND_BYTES} bytes; fails closed."))
+        return frozenset()
+    tree = _parse(data).root_node
+    if tree.has_error:
+        state.add(
+            _parse_failure(
+                f"{label} cannot be parsed ({_problem(tree)}); an unparseable command fails "
+                "closed (critical)."
+            )
+        )
+        return frozenset()
+    state.depth += 1
+    try:
+        return Walker(state).walk(tree)
+    finally:
+        state.depth -= 1
+
+
+@lru_cache(maxsize=2048)
+def _parse(data: bytes) -> Tree:
+    # A tree depends only on the bytes and is never mutated, so a bounded cache is honest.
+    return _PARSER.parse(data)

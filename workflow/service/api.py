@@ -1,0 +1,162 @@
+"""Request/reply queries on `<prefix>.api.*` (core NATS, queue group `headgate-api`).
+
+Every handler answers: a result, or `{"error": "..."}` with a sentence — never silence, so a
+caller is not left waiting for a timeout on a bad request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from pydantic import BaseModel, ValidationError
+
+from workflow.messages import (
+    ApiError,
+    ApprovalRecord,
+    ApprovalRequirement,
+    Classification,
+    GetQuery,
+    HistoryEvent,
+    PendingEntry,
+    PendingQuery,
+    PendingReply,
+    Proposal,
+    ProposalHistory,
+    Verdict,
+)
+from workflow.service.context import ServiceContext
+
+log = logging.getLogger("headgate.api")
+QUEUE = "headgate-api"
+
+
+def _summary(kind: str, data: dict[str, Any]) -> str:
+    if kind == "proposal":
+        verdict = data.get("verdict", {})
+        cls = data.get("classification", {})
+        return (
+            f"classified {cls.get('risk_class')} ({cls.get('severity')}); "
+            f"policy: {verdict.get('decision')} — {verdict.get('reason')}"
+        )
+    if kind == "held":
+        return f"held for approval until {data.get('expires_at')}"
+    for key in ("message", "reason", "summary"):
+        if data.get(key):
+            text = str(data[key])
+            return f"{data['outcome']}: {text}" if "outcome" in data else text
+    return kind
+
+
+async def pending(ctx: ServiceContext, query: PendingQuery) -> PendingReply:
+    rows = await ctx.store.pending(workspace=query.workspace, agent=query.agent, limit=query.limit)
+    items = []
+    for row, approvals in rows:
+        proposal = Proposal.model_validate_json(row.payload)
+        cls = Classification.model_validate_json(row.classification)
+        items.append(
+            PendingEntry(
+                request_id=row.request_id,
+                proposal_id=row.proposal_id,
+                agent=row.agent,
+                workspace=row.workspace,
+                tool=proposal.tool,
+                arguments=proposal.arguments,
+                risk_class=cls.risk_class,
+                severity=cls.severity,
+                reasons=[r.message for r in cls.reasons],
+                requirement=ApprovalRequirement.model_validate_json(row.requirement),
+                approvals=[a.approver for a in approvals],
+                proposal_digest=row.digest,
+                created_at=row.created_at,
+                expires_at=row.expires_at,
+            )
+        )
+    return PendingReply(items=items)
+
+
+async def history(ctx: ServiceContext, query: GetQuery) -> ProposalHistory | ApiError:
+    found = await ctx.store.proposal(query.id)
+    if found is None:
+        return ApiError(error=f"No proposal or request with id {query.id!r}.")
+    prop, req = found["proposal"], found["request"]
+    approvals = [
+        ApprovalRecord.model_validate_json(d.record)
+        for d in found["decisions"]
+        if d.accepted and d.verdict == "approve" and d.record
+    ]
+    events = [
+        HistoryEvent(
+            at=datetime.fromisoformat(a.at), kind=a.kind, summary=_summary(a.kind, data := json.loads(a.data)),
+            data=data if a.kind.startswith(("decision", "cancel", "executed")) else {},
+        )
+        for a in found["audit"]
+    ]
+    for d in found["decisions"]:
+        if not any(e.data.get("nonce") == d.nonce for e in events):
+            events.append(
+                HistoryEvent(
+                    at=d.received_at, kind="decision.accepted" if d.accepted else "decision.refused",
+                    summary=d.message, data={"nonce": d.nonce, "refusal": d.refusal},
+                )
+            )  # fmt: skip
+    return ProposalHistory(
+        proposal=Proposal.model_validate_json(prop.payload),
+        proposal_digest=prop.digest,
+        status=prop.status,
+        classification=Classification.model_validate_json(prop.classification),
+        verdict=Verdict.model_validate_json(prop.verdict),
+        request_id=req.request_id if req is not None else None,
+        requirement=ApprovalRequirement.model_validate_json(req.requirement) if req else None,
+        expires_at=req.expires_at if req is not None else None,
+        approvals=approvals,
+        events=sorted(events, key=lambda e: e.at),
+    )
+
+
+Handler = Callable[[ServiceContext, Any], Awaitable[BaseModel]]
+
+ROUTES: dict[str, tuple[type[BaseModel], Handler]] = {
+    "pending": (PendingQuery, pending),
+    "get": (GetQuery, history),
+    "explain": (GetQuery, history),
+}
+
+
+async def serve_api(ctx: ServiceContext) -> list[Subscription]:
+    subs = []
+    for name, (model, handler) in ROUTES.items():
+        subs.append(
+            await ctx.nc.subscribe(
+                ctx.subjects.api(name), queue=QUEUE, cb=_responder(ctx, name, model, handler)
+            )
+        )
+    return subs
+
+
+def _responder(
+    ctx: ServiceContext, name: str, model: type[BaseModel], handler: Handler
+) -> Callable[[Msg], Awaitable[None]]:
+    async def respond(msg: Msg) -> None:
+        if not msg.reply:
+            return
+        try:
+            query = model.model_validate_json(msg.data or b"{}")
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(map(str, err["loc"])) or "(request)"
+            answer: BaseModel = ApiError(error=f"Invalid {name} request: {loc}: {err['msg']}.")
+        else:
+            try:
+                answer = await handler(ctx, query)
+            except Exception as exc:
+                log.exception("api %s failed", name)
+                answer = ApiError(error=f"The {name} query failed: {exc}.")
+        await msg.respond(answer.model_dump_json().encode())
+
+    return respond

@@ -1,0 +1,269 @@
+"""The Headgate service: wiring, startup, hot reload and graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import logging
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nats
+from nats.aio.client import Client as NATS
+from nats.aio.subscription import Subscription
+
+from workflow.errors import ConnectError, HeadgateError
+from workflow.policy.model import Approver, Policy, default_policy, load_policy
+from workflow.service.api import serve_api
+from workflow.service.background import Auditor, every
+from workflow.service.collector import Collector
+from workflow.service.context import ServiceContext
+from workflow.service.embedded import EmbeddedNats
+from workflow.service.intake import Intake
+from workflow.service.runner import PullStage
+from workflow.service.streams import ensure_streams, service_consumers
+from workflow.signing import ApproverKey
+from workflow.store.audit import AuditEntry
+from workflow.store.repo import Store
+from workflow.subjects import Subjects
+
+log = logging.getLogger("headgate")
+
+URL_FILE = "nats.url"
+LOCAL_KEY_FILE = "approver.seed"
+
+
+@dataclass
+class Settings:
+    data_dir: Path = Path(".headgate")
+    nats_url: str | None = None
+    database_url: str | None = None
+    policy_path: Path | None = None
+    default_ttl: int = 3600
+    prefix: str = "headgate"
+    replicas: int = 1
+    batch: int = 256
+    sweep_interval: float = 1.0
+    republish_interval: float = 5.0
+    connect_timeout: float = 60.0
+    nats_user: str | None = None
+    nats_password: str | None = None
+    nats_creds: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite+aiosqlite:///{self.data_dir / 'headgate.db'}"
+
+
+def local_approver(data_dir: Path) -> tuple[ApproverKey, Path, bool]:
+    """The data dir's approver key, created (mode 0600) on first use."""
+    path = data_dir / LOCAL_KEY_FILE
+    if path.exists():
+        return ApproverKey.from_file(path), path, False
+    key = ApproverKey.generate()
+    key.write(path)
+    return key, path, True
+
+
+def load_settings_policy(settings: Settings) -> Policy:
+    """The policy file, or the default policy trusting the data dir's local approver key."""
+    if settings.policy_path is not None:
+        return load_policy(settings.policy_path)
+    key, path, created = local_approver(settings.data_dir)
+    name = getpass.getuser() or "local"
+    log.info(
+        "no policy file: using the default policy; %s the local approver key %s (%s) and "
+        "trusting it as approver %r",
+        "created" if created else "using", path, key.public_key, name,
+    )  # fmt: skip
+    approver = Approver(key=key.public_key, roles=["admin", "approver"], workspaces=["*"])
+    return default_policy(ttl_seconds=settings.default_ttl, approvers={name: approver})
+
+
+async def connect_nats(settings: Settings, url: str, *, name: str = "headgate") -> NATS:
+    """Connect with retries and backoff; a clear error when the server stays unreachable."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.connect_timeout
+    delay = 0.5
+
+    async def on_error(exc: Exception) -> None:
+        log.warning("NATS: %s", exc)
+
+    async def on_disconnect() -> None:
+        log.warning("NATS: disconnected; reconnecting")
+
+    async def on_reconnect() -> None:
+        log.info("NATS: reconnected")
+
+    while True:
+        try:
+            return await nats.connect(
+                servers=url.split(","),
+                name=name,
+                connect_timeout=2,
+                allow_reconnect=True,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                error_cb=on_error,
+                disconnected_cb=on_disconnect,
+                reconnected_cb=on_reconnect,
+                user=settings.nats_user,
+                password=settings.nats_password,
+                user_credentials=settings.nats_creds,
+            )
+        except Exception as exc:
+            if loop.time() + delay > deadline:
+                raise ConnectError(
+                    f"cannot reach NATS at {url} ({exc or type(exc).__name__}); is the server "
+                    "running? Pass --nats-url, or omit it to start an embedded server."
+                ) from exc
+            log.warning("NATS at %s not reachable (%s); retrying in %.1fs", url, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+class Service:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.subjects = Subjects(settings.prefix)
+        self.embedded: EmbeddedNats | None = None
+        self.ctx: ServiceContext | None = None
+        self.stopping = asyncio.Event()
+        self.tasks: list[asyncio.Task[None]] = []
+        self.api_subs: list[Subscription] = []
+        self.stages: list[PullStage] = []
+        self.ready = False
+        self.url = ""
+        self._policy_mtime: float | None = None
+
+    async def start(self) -> None:
+        s = self.settings
+        s.data_dir.mkdir(parents=True, exist_ok=True)
+        policy = load_settings_policy(s)
+        if s.nats_url:
+            self.url = s.nats_url
+        else:
+            self.embedded = EmbeddedNats(store_dir=s.data_dir / "nats")
+            self.url = await asyncio.to_thread(self.embedded.start)
+            (s.data_dir / URL_FILE).write_text(self.url + "\n")
+            log.info("embedded nats-server with JetStream listening on %s", self.url)
+        try:
+            nc = await connect_nats(s, self.url)
+            store = await Store.open(s.db_url)
+        except BaseException:
+            self._stop_embedded()
+            raise
+        js = nc.jetstream()
+        try:
+            await ensure_streams(js, self.subjects, s.replicas)
+        except Exception as exc:
+            await nc.close()
+            await store.close()
+            self._stop_embedded()
+            raise HeadgateError(f"cannot create the JetStream streams: {exc}") from exc
+        self.ctx = ctx = ServiceContext(nc, js, store, self.subjects, policy)
+        await store.append_audit(
+            [AuditEntry("service.start", "headgate", {"policy_revision": policy.revision})],
+            ctx.now(),
+        )
+        consumers = service_consumers(self.subjects)
+        self.stages = [
+            PullStage(nc, js, consumers["intake"], Intake(ctx), batch=s.batch),
+            PullStage(nc, js, consumers["collector"], Collector(ctx), batch=64),
+            PullStage(nc, js, consumers["auditor"], Auditor(ctx), batch=64),
+        ]
+        for stage in self.stages:
+            self.tasks.append(asyncio.create_task(stage.run(self.stopping)))
+        self.tasks.append(asyncio.create_task(every(s.sweep_interval, "sweep", ctx, self.stopping)))
+        self.tasks.append(
+            asyncio.create_task(every(s.republish_interval, "republish", ctx, self.stopping))
+        )
+        if s.policy_path is not None:
+            self._policy_mtime = s.policy_path.stat().st_mtime
+            self.tasks.append(asyncio.create_task(self._watch_policy()))
+        self.api_subs = await serve_api(ctx)
+        self.ready = True
+        log.info(
+            "headgate ready: %d stages, database %s, policy %s (revision %s)",
+            len(self.stages), _redact(s.db_url), s.policy_path or "default", policy.revision,
+        )  # fmt: skip
+
+    async def reload_policy(self, reason: str = "SIGHUP") -> bool:
+        """Load the policy file again; keep the old policy when the new one is invalid."""
+        ctx, path = self.ctx, self.settings.policy_path
+        if ctx is None or path is None:
+            return False
+        try:
+            policy = await asyncio.to_thread(load_policy, path)
+        except HeadgateError as exc:
+            log.error("policy reload (%s) refused, keeping revision %s: %s",
+                      reason, ctx.policy.revision, exc)  # fmt: skip
+            return False
+        old, ctx.policy = ctx.policy.revision, policy
+        await ctx.store.append_audit(
+            [AuditEntry("policy.reload", "headgate",
+                        {"from": old, "to": policy.revision, "trigger": reason})],
+            ctx.now(),
+        )  # fmt: skip
+        log.info("policy reloaded (%s): revision %s -> %s", reason, old, policy.revision)
+        return True
+
+    async def _watch_policy(self) -> None:
+        path = self.settings.policy_path
+        assert path is not None
+        while not self.stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), 2.0)
+            with contextlib.suppress(OSError):
+                mtime = path.stat().st_mtime
+                if mtime != self._policy_mtime:
+                    self._policy_mtime = mtime
+                    await self.reload_policy("file changed")
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.stopping.set)
+        loop.add_signal_handler(
+            signal.SIGHUP, lambda: asyncio.ensure_future(self.reload_policy("SIGHUP"))
+        )
+
+    async def stop(self) -> None:
+        """Stop taking new messages, let in-flight batches finish, then close everything."""
+        self.ready = False
+        self.stopping.set()
+        for sub in self.api_subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.ctx is not None:
+            with contextlib.suppress(Exception):
+                await self.ctx.nc.drain()
+            await self.ctx.store.close()
+        self._stop_embedded()
+        log.info("headgate stopped")
+
+    def _stop_embedded(self) -> None:
+        if self.embedded is not None:
+            self.embedded.stop()
+            url_file = self.settings.data_dir / URL_FILE
+            with contextlib.suppress(OSError):
+                url_file.unlink()
+
+    async def run(self) -> None:
+        await self.start()
+        try:
+            await self.stopping.wait()
+        finally:
+            await self.stop()
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url

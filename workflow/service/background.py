@@ -1,0 +1,143 @@
+"""Periodic work: the expiry sweeper, the outbox republisher, and the execution auditor.
+
+All of them are safe to run on several replicas at once: the sweeper closes a request through
+the same version check as a decision (the loser of a race skips it), the republisher's
+re-publishes are dropped by JetStream's duplicate window, the auditor inserts on a unique key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import timedelta
+
+from nats.aio.msg import Msg
+from pydantic import ValidationError
+
+from workflow.approvals import expire
+from workflow.messages import Classification, Executed, Proposal, Verdict
+from workflow.service.context import ServiceContext
+from workflow.service.routing import SERVICE_ACTOR, closing_effects
+from workflow.service.runner import settle_failure
+from workflow.store.audit import AuditEntry
+from workflow.store.repo import ConcurrentUpdate, StepWrite
+
+log = logging.getLogger("headgate.background")
+
+
+async def sweep_once(ctx: ServiceContext) -> int:
+    """Expire every due pending request; returns how many this call closed."""
+    now = ctx.now()
+    closed = 0
+    for held, version in await ctx.store.due_requests(now):
+        step = expire(held, now=now)
+        if step is None:
+            continue
+        parts = await ctx.store.proposal_parts(held.proposal_id)
+        if parts is None:
+            continue
+        proposal = Proposal.model_validate_json(parts[0])
+        outcome, event, audit = closing_effects(
+            ctx.subjects, step.request, "expired", step.message, proposal,
+            Classification.model_validate_json(parts[1]), Verdict.model_validate_json(parts[2]),
+            now,
+        )  # fmt: skip
+        write = StepWrite(
+            request_id=held.request_id, expected_version=version, new_state=step.request.state,
+            outcome=outcome, proposal_status=(proposal.id, "expired"), events=[event],
+            audit=[audit],
+        )  # fmt: skip
+        try:
+            await ctx.store.commit_step(write, now)
+        except ConcurrentUpdate:
+            continue  # a decision or another replica got there first
+        closed += 1
+        ctx.count("requests.expired")
+        try:
+            await ctx.publish(write.events)
+        except Exception as exc:
+            log.warning("sweeper: publishing expiry of %s failed (%s)", held.request_id, exc)
+    return closed
+
+
+async def republish_once(ctx: ServiceContext, grace: float = 10.0) -> int:
+    """Publish outbox events a crash left unpublished (older than `grace` seconds)."""
+    events = await ctx.store.unpublished(ctx.now() - timedelta(seconds=grace))
+    if events:
+        await ctx.publish(events)
+        log.info("republished %d events left unpublished", len(events))
+    return len(events)
+
+
+async def every(
+    interval: float, fn_name: str, ctx: ServiceContext, stopping: asyncio.Event
+) -> None:
+    fns = {"sweep": sweep_once, "republish": republish_once}
+    fn = fns[fn_name]
+    while not stopping.is_set():
+        try:
+            await fn(ctx)
+        except Exception as exc:
+            log.warning("%s failed (%s); will retry", fn_name, exc)
+        try:
+            await asyncio.wait_for(stopping.wait(), interval)
+        except TimeoutError:
+            pass
+
+
+class Auditor:
+    """Records agents' reports of what happened when they ran a released call."""
+
+    def __init__(self, ctx: ServiceContext):
+        self.ctx = ctx
+
+    async def __call__(self, msgs: Sequence[Msg]) -> None:
+        for msg in msgs:
+            try:
+                await self._one(msg)
+                await msg.ack()
+            except ValidationError as exc:
+                await self.ctx.dead("auditor", msg, f"invalid execution report: {exc.errors()[0]}")
+            except Exception as exc:
+                await settle_failure(msg, str(exc), self._dead)
+
+    async def _dead(self, msg: Msg, error: str) -> None:
+        await self.ctx.dead("auditor", msg, error)
+
+    async def _one(self, msg: Msg) -> None:
+        ctx = self.ctx
+        report = Executed.model_validate_json(msg.data)
+        agent = ctx.subjects.token_after(msg.subject, "executed")
+        now = ctx.now()
+        released = await ctx.store.release_exists(report.release_id)
+        if agent != report.agent or not released:
+            why = (
+                f"agent {agent} reported for agent {report.agent}"
+                if agent != report.agent
+                else f"no release {report.release_id} exists: the call ran without a release"
+            )
+            await ctx.store.append_audit(
+                [AuditEntry("executed.unreleased", agent or "?",
+                            {"message": why, "report": report.model_dump(mode="json")},
+                            report.proposal_id)],
+                now,
+            )  # fmt: skip
+            return
+        await ctx.store.record_execution(
+            {
+                "release_id": report.release_id, "proposal_id": report.proposal_id,
+                "agent": report.agent, "success": report.success, "summary": report.summary,
+                "finished_at": report.finished_at,
+            },
+            AuditEntry(
+                "executed", report.agent,
+                {"release_id": report.release_id, "success": report.success,
+                 "summary": report.summary},
+                report.proposal_id,
+            ),
+            now,
+        )  # fmt: skip
+
+
+__all__ = ["SERVICE_ACTOR", "Auditor", "every", "republish_once", "sweep_once"]

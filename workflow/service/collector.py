@@ -1,0 +1,255 @@
+"""The decision collector: verify → authorise → apply the approval state machine → commit.
+
+Decisions are few and each one changes one request, so they are applied one at a time with an
+optimistic version check: two approvals racing from two replicas cannot both count, and the one
+that loses simply re-reads the request and applies again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+
+from nats.aio.msg import Msg
+from pydantic import ValidationError
+
+from workflow.approvals import DecisionCheck, HeldRequest, RequestState, Step, apply_decision, cancel
+from workflow.classify.engine import classify
+from workflow.messages import (
+    ApprovalDecision,
+    Cancel,
+    Classification,
+    Decision,
+    Proposal,
+    Verdict,
+    canonical_json,
+)
+from workflow.policy.engine import evaluate
+from workflow.service.context import ServiceContext
+from workflow.service.routing import OUTCOME_OF, SERVICE_ACTOR, closing_effects
+from workflow.service.runner import settle_failure
+from workflow.signing import verify_raw
+from workflow.store.audit import AuditEntry
+from workflow.store.repo import ConcurrentUpdate, StepWrite
+
+log = logging.getLogger("headgate.collector")
+STAGE = "collector"
+MAX_RACES = 8
+
+
+class Permanent(Exception):  # noqa: N818
+    """The message can never be processed; it goes to the dead-letter subject."""
+
+
+class Collector:
+    def __init__(self, ctx: ServiceContext):
+        self.ctx = ctx
+
+    async def __call__(self, msgs: Sequence[Msg]) -> None:
+        for msg in msgs:
+            try:
+                if self.ctx.subjects.token_after(msg.subject, "cancel") is not None:
+                    await self._with_retries(self._cancel, msg)
+                else:
+                    await self._with_retries(self._decision, msg)
+                await msg.ack()
+            except Permanent as exc:
+                await self.ctx.dead(STAGE, msg, str(exc))
+            except Exception as exc:
+                log.warning("collector: %s failed (%s); will retry", msg.subject, exc)
+                await settle_failure(msg, str(exc), self._dead)
+
+    async def _dead(self, msg: Msg, error: str) -> None:
+        await self.ctx.dead(STAGE, msg, error)
+
+    async def _with_retries(self, fn: object, msg: Msg) -> None:
+        assert callable(fn)
+        for _ in range(MAX_RACES):
+            try:
+                await fn(msg)
+                return
+            except ConcurrentUpdate:
+                continue
+        raise RuntimeError(f"request changed {MAX_RACES} times while applying {msg.subject}")
+
+    async def _parts(self, proposal_id: str) -> tuple[Proposal, Classification, Verdict]:
+        parts = await self.ctx.store.proposal_parts(proposal_id)
+        if parts is None:
+            raise RuntimeError(f"request without a stored proposal {proposal_id}")
+        payload, classification, verdict = parts
+        return (
+            Proposal.model_validate_json(payload),
+            Classification.model_validate_json(classification),
+            Verdict.model_validate_json(verdict),
+        )
+
+    # ------------------------------------------------------------------ decisions
+    async def _decision(self, msg: Msg) -> None:
+        ctx = self.ctx
+        try:
+            raw = json.loads(msg.data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise Permanent(f"the decision is not JSON: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise Permanent("the decision must be a JSON object")
+        try:
+            decision = ApprovalDecision.model_validate(raw)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or '(message)'}: {e['msg']}" for e in exc.errors()
+            )
+            raise Permanent(f"invalid decision: {problems}") from exc
+        now = ctx.now()
+        token = ctx.subjects.token_after(msg.subject, "decisions")
+        if token != decision.request_id:
+            await self._refuse_unapplied(
+                decision, f"The decision for {decision.request_id} arrived on {msg.subject}."
+            )
+            return
+        loaded = await ctx.store.load_request(decision.request_id)
+        if loaded is None:
+            await self._refuse_unapplied(
+                decision, f"There is no approval request {decision.request_id}."
+            )
+            return
+        held, version = loaded
+        seen, signature = await ctx.store.nonce_signature(decision.nonce)
+        if seen and signature == decision.signature and decision.signature is not None:
+            # This very decision was applied before (a redelivery): re-publish what it caused.
+            await ctx.publish(await ctx.store.events_for([held.proposal_id]))
+            return
+        check = DecisionCheck(
+            signature_valid=verify_raw(raw),
+            approver=ctx.policy.approver_by_key(decision.key) if decision.key else None,
+            nonce_seen=seen,
+            signed_text=canonical_json({k: v for k, v in raw.items() if k != "signature"}),
+        )
+        step = apply_decision(held, decision, check, now=now)
+        write = StepWrite(
+            request_id=held.request_id,
+            expected_version=version if (step.accepted or step.closed) else None,
+            new_state=step.request.state if step.request.state != held.state else None,
+        )
+        if not seen:
+            write.decision = {
+                "nonce": decision.nonce, "request_id": decision.request_id,
+                "approver": check.approver[0] if check.approver else decision.approver,
+                "key": decision.key, "signature": decision.signature,
+                "verdict": decision.verdict, "accepted": step.accepted,
+                "refusal": step.refusal, "message": step.message,
+                "record": step.record.model_dump_json() if step.record else None,
+                "received_at": now,
+            }  # fmt: skip
+        write.audit.append(
+            AuditEntry(
+                kind="decision.accepted" if step.accepted else "decision.refused",
+                actor=check.approver[0] if check.approver else f"unverified:{decision.approver}",
+                proposal_id=held.proposal_id,
+                request_id=held.request_id,
+                data={
+                    "verdict": decision.verdict, "nonce": decision.nonce, "key": decision.key,
+                    "refusal": step.refusal, "message": step.message,
+                    "decision": raw,
+                },
+            )  # fmt: skip
+        )
+        if step.closed is not None:
+            await self._close(held, step, write)
+        if not await ctx.store.commit_step(write, now):
+            # The nonce was recorded by someone else in between: this copy is a replay.
+            await self._refuse_unapplied(decision, f"The nonce {decision.nonce} was already used.")
+            return
+        ctx.count("decisions.accepted" if step.accepted else "decisions.refused")
+        await ctx.publish(write.events)
+
+    async def _close(self, held: HeldRequest, step: Step, write: StepWrite) -> None:
+        """Add the terminal outcome of a request to the write. Re-checks policy at release."""
+        ctx = self.ctx
+        assert step.closed is not None
+        proposal, classification, verdict = await self._parts(held.proposal_id)
+        outcome, reason = OUTCOME_OF[step.closed], step.message
+        if step.closed is RequestState.APPROVED:
+            policy = ctx.policy
+            fresh = evaluate(proposal, classify(proposal, policy.classifier_tables()), policy)
+            if fresh.decision is Decision.DENY:
+                # The policy or the tool's definition changed while the call was held.
+                outcome, verdict = "denied", fresh
+                reason = f"Approved, but the current policy denies it: {fresh.reason}"
+        row, event, audit = closing_effects(
+            ctx.subjects, step.request, outcome, reason, proposal, classification, verdict,
+            ctx.now(),
+        )  # fmt: skip
+        write.outcome, write.proposal_status = row, (proposal.id, outcome)
+        write.events.append(event)
+        write.audit.append(audit)
+
+    async def _refuse_unapplied(self, decision: ApprovalDecision, message: str) -> None:
+        """A decision that does not reach any request: recorded, and it changes nothing."""
+        ctx = self.ctx
+        now = ctx.now()
+        seen, _ = await ctx.store.nonce_signature(decision.nonce)
+        write = StepWrite(request_id=decision.request_id, expected_version=None)
+        if not seen:
+            write.decision = {
+                "nonce": decision.nonce, "request_id": decision.request_id,
+                "approver": decision.approver, "key": decision.key,
+                "signature": decision.signature, "verdict": decision.verdict,
+                "accepted": False, "refusal": "unknown_request", "message": message,
+                "record": None, "received_at": now,
+            }  # fmt: skip
+        write.audit.append(
+            AuditEntry(
+                kind="decision.refused",
+                actor=f"unverified:{decision.approver}",
+                request_id=decision.request_id,
+                data={"nonce": decision.nonce, "key": decision.key, "message": message},
+            )
+        )
+        await ctx.store.commit_step(write, now)
+        ctx.count("decisions.refused")
+
+    # ------------------------------------------------------------------ cancellation
+    async def _cancel(self, msg: Msg) -> None:
+        ctx = self.ctx
+        try:
+            request = Cancel.model_validate_json(msg.data)
+        except ValidationError as exc:
+            raise Permanent(f"invalid cancel: {exc.errors()[0]['msg']}") from exc
+        agent = ctx.subjects.token_after(msg.subject, "cancel")
+        now = ctx.now()
+        loaded = await ctx.store.load_request(request.proposal_id)
+        if loaded is None or agent != request.agent:
+            why = (
+                f"agent {agent} sent a cancel naming agent {request.agent}"
+                if agent != request.agent
+                else f"there is no held request for proposal {request.proposal_id}"
+            )
+            await ctx.store.append_audit(
+                [AuditEntry("cancel.refused", agent or "?", {"message": why}, request.proposal_id)],
+                now,
+            )
+            return
+        held, version = loaded
+        step = cancel(held, agent=agent, reason=request.reason)
+        write = StepWrite(
+            request_id=held.request_id,
+            expected_version=version if step.accepted else None,
+            new_state=step.request.state if step.accepted else None,
+        )
+        write.audit.append(
+            AuditEntry(
+                kind="cancel.accepted" if step.accepted else "cancel.refused",
+                actor=agent,
+                proposal_id=held.proposal_id,
+                request_id=held.request_id,
+                data={"message": step.message},
+            )
+        )
+        if step.closed is not None:
+            await self._close(held, step, write)
+        await ctx.store.commit_step(write, now)
+        await ctx.publish(write.events)
+
+
+__all__ = ["SERVICE_ACTOR", "Collector"]

@@ -1,0 +1,260 @@
+"""The router and the event builders: what a verdict or a closed request turns into.
+
+No I/O: these functions build the rows, events and audit entries that a stage then commits in
+one transaction and publishes. Ids are derived from the proposal id, so a redelivered message
+rebuilds exactly the same events (and JetStream drops the re-publish by `Nats-Msg-Id`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timedelta
+from typing import cast
+
+from workflow.approvals import HeldRequest, RequestState
+from workflow.messages import (
+    ApprovalRecord,
+    Blocked,
+    BlockedOutcome,
+    Classification,
+    Decision,
+    InboxItem,
+    Proposal,
+    Released,
+    Verdict,
+)
+from workflow.store.audit import AuditEntry
+from workflow.store.repo import IntakeRecord, OutboxEvent
+from workflow.subjects import Subjects
+
+SERVICE_ACTOR = "headgate"
+
+
+def _derive(prefix: str, proposal_id: str) -> str:
+    return f"{prefix}_{hashlib.sha256(proposal_id.encode()).hexdigest()[:24]}"
+
+
+def request_id_for(proposal_id: str) -> str:
+    return _derive("rq", proposal_id)
+
+
+def release_id_for(proposal_id: str) -> str:
+    return _derive("rl", proposal_id)
+
+
+def released_event(
+    subjects: Subjects,
+    proposal: Proposal,
+    digest: str,
+    classification: Classification,
+    verdict: Verdict,
+    approvals: tuple[ApprovalRecord, ...],
+    now: datetime,
+    request_id: str | None = None,
+) -> OutboxEvent:
+    event = Released(
+        release_id=release_id_for(proposal.id),
+        proposal_id=proposal.id,
+        request_id=request_id,
+        agent=proposal.agent,
+        workspace=proposal.workspace,
+        tool=proposal.tool,
+        arguments=proposal.arguments,
+        classification=classification,
+        verdict=verdict,
+        approvals=list(approvals),
+        proposal_digest=digest,
+        released_at=now,
+    )
+    return OutboxEvent(
+        msg_id=f"released:{proposal.id}",
+        subject=subjects.released(proposal.agent),
+        payload=event.model_dump_json(),
+        proposal_id=proposal.id,
+    )
+
+
+def blocked_event(
+    subjects: Subjects,
+    proposal: Proposal,
+    outcome: BlockedOutcome,
+    reason: str,
+    now: datetime,
+    *,
+    classification: Classification | None = None,
+    verdict: Verdict | None = None,
+    request_id: str | None = None,
+) -> OutboxEvent:
+    event = Blocked(
+        proposal_id=proposal.id,
+        agent=proposal.agent,
+        workspace=proposal.workspace,
+        tool=proposal.tool,
+        outcome=outcome,
+        reason=reason,
+        request_id=request_id,
+        classification=classification,
+        verdict=verdict,
+        blocked_at=now,
+    )
+    return OutboxEvent(
+        msg_id=f"blocked:{proposal.id}",
+        subject=subjects.blocked(proposal.agent),
+        payload=event.model_dump_json(),
+        proposal_id=proposal.id,
+    )
+
+
+def route(
+    subjects: Subjects,
+    proposal: Proposal,
+    payload: str,
+    classification: Classification,
+    verdict: Verdict,
+    now: datetime,
+) -> IntakeRecord:
+    """A classified, evaluated proposal -> rows to insert, events to publish, audit entries."""
+    digest = proposal.digest()
+    status = {
+        Decision.ALLOW: "released",
+        Decision.DENY: "denied",
+        Decision.REQUIRE_APPROVAL: "pending",
+    }[verdict.decision]
+    record = IntakeRecord(
+        proposal={
+            "id": proposal.id, "agent": proposal.agent, "workspace": proposal.workspace,
+            "tool": proposal.tool, "digest": digest, "risk_class": classification.risk_class,
+            "severity": classification.severity, "decision": verdict.decision, "status": status,
+            "payload": payload, "classification": classification.model_dump_json(),
+            "verdict": verdict.model_dump_json(), "received_at": now,
+        }  # fmt: skip
+    )
+    record.audit.append(
+        AuditEntry(
+            kind="proposal",
+            actor=proposal.agent,
+            proposal_id=proposal.id,
+            data={
+                "proposal": proposal.model_dump(mode="json", exclude_none=True),
+                "digest": digest,
+                "classification": classification.model_dump(mode="json"),
+                "verdict": verdict.model_dump(mode="json"),
+            },
+        )
+    )
+    if verdict.decision is Decision.ALLOW:
+        event = released_event(subjects, proposal, digest, classification, verdict, (), now)
+        record.outcome = {
+            "proposal_id": proposal.id, "outcome": "released",
+            "release_id": release_id_for(proposal.id), "reason": verdict.reason, "at": now,
+        }  # fmt: skip
+        record.events.append(event)
+        record.audit.append(_event_audit("released", proposal.id, None, verdict.reason))
+    elif verdict.decision is Decision.DENY:
+        record.outcome = {
+            "proposal_id": proposal.id, "outcome": "denied", "release_id": None,
+            "reason": verdict.reason, "at": now,
+        }  # fmt: skip
+        record.events.append(
+            blocked_event(
+                subjects, proposal, "denied", verdict.reason, now,
+                classification=classification, verdict=verdict,
+            )  # fmt: skip
+        )
+        record.audit.append(_event_audit("blocked", proposal.id, None, verdict.reason, "denied"))
+    else:
+        assert verdict.requirement is not None
+        request_id = request_id_for(proposal.id)
+        expires_at = now + timedelta(seconds=verdict.requirement.ttl_seconds)
+        item = InboxItem(
+            request_id=request_id,
+            proposal_id=proposal.id,
+            proposal=proposal,
+            proposal_digest=digest,
+            classification=classification,
+            verdict=verdict,
+            requirement=verdict.requirement,
+            created_at=now,
+            expires_at=expires_at,
+        )
+        record.request = {
+            "request_id": request_id, "proposal_id": proposal.id, "agent": proposal.agent,
+            "workspace": proposal.workspace, "digest": digest,
+            "requirement": verdict.requirement.model_dump_json(), "state": "pending",
+            "version": 0, "created_at": now, "expires_at": expires_at, "closed_at": None,
+        }  # fmt: skip
+        record.events.append(
+            OutboxEvent(
+                msg_id=f"inbox:{request_id}",
+                subject=subjects.inbox(proposal.workspace),
+                payload=item.model_dump_json(),
+                proposal_id=proposal.id,
+            )
+        )
+        record.audit.append(
+            AuditEntry(
+                kind="held",
+                actor=SERVICE_ACTOR,
+                proposal_id=proposal.id,
+                request_id=request_id,
+                data={
+                    "requirement": verdict.requirement.model_dump(mode="json"),
+                    "expires_at": expires_at.isoformat(),
+                },
+            )
+        )
+    return record
+
+
+def _event_audit(
+    kind: str, proposal_id: str, request_id: str | None, reason: str, outcome: str = "released"
+) -> AuditEntry:
+    return AuditEntry(
+        kind=kind,
+        actor=SERVICE_ACTOR,
+        proposal_id=proposal_id,
+        request_id=request_id,
+        data={"outcome": outcome, "reason": reason},
+    )
+
+
+#: The proposal outcome a request's terminal state gives.
+OUTCOME_OF: dict[RequestState, str] = {
+    RequestState.APPROVED: "released",
+    RequestState.REJECTED: "rejected",
+    RequestState.EXPIRED: "expired",
+    RequestState.CANCELLED: "cancelled",
+}
+
+
+def closing_effects(
+    subjects: Subjects,
+    req: HeldRequest,
+    outcome: str,
+    reason: str,
+    proposal: Proposal,
+    classification: Classification,
+    verdict: Verdict,
+    now: datetime,
+) -> tuple[dict[str, object], OutboxEvent, AuditEntry]:
+    """Outcome row, event and audit entry for a held request ending in `outcome`."""
+    if outcome == "released":
+        event = released_event(
+            subjects, proposal, req.proposal_digest, classification, verdict, req.approvals, now,
+            request_id=req.request_id,
+        )  # fmt: skip
+        row: dict[str, object] = {
+            "proposal_id": proposal.id, "outcome": "released",
+            "release_id": release_id_for(proposal.id), "reason": reason, "at": now,
+        }  # fmt: skip
+        return row, event, _event_audit("released", proposal.id, req.request_id, reason)
+    blocked = cast(BlockedOutcome, outcome)
+    event = blocked_event(
+        subjects, proposal, blocked, reason, now,
+        classification=classification, verdict=verdict, request_id=req.request_id,
+    )  # fmt: skip
+    row = {
+        "proposal_id": proposal.id, "outcome": blocked, "release_id": None,
+        "reason": reason, "at": now,
+    }  # fmt: skip
+    return row, event, _event_audit("blocked", proposal.id, req.request_id, reason, blocked)

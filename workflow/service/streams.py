@@ -1,0 +1,123 @@
+"""JetStream streams and the service's durable consumers, created idempotently.
+
+| stream    | subjects                         | retention  | why |
+|-----------|----------------------------------|------------|-----|
+| PROPOSALS | proposals.>                      | work queue | consumed once by intake; a backlog cap per agent |
+| DECISIONS | decisions.>, cancel.>            | work queue | consumed once by the collector |
+| EXECUTED  | executed.>                       | work queue | consumed once by the auditor |
+| INBOX     | inbox.>                          | limits 7 d | every approver reads it with its own durable |
+| RESULTS   | released.>, blocked.>            | limits 7 d | agents offline for hours read their releases later |
+| DEAD      | dead.>                           | limits 30d | kept for an operator to inspect |
+
+Duplicate window 10 minutes everywhere: longer than the longest redelivery backoff, so a stage
+that re-publishes after a crash is always deduplicated by `Nats-Msg-Id`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import NotFoundError
+
+from workflow.subjects import Subjects
+
+DAY = 24 * 3600.0
+DUPLICATE_WINDOW = 600.0
+#: Acknowledge within this time or the message is redelivered (batches take milliseconds).
+ACK_WAIT = 30.0
+#: Deliveries after which a message that keeps failing goes to the dead-letter subject.
+MAX_ATTEMPTS = 5
+#: Most unprocessed proposals one agent may have queued; more are refused at publish time, so a
+#: flooding agent cannot push everyone else's calls minutes back in the queue.
+PER_AGENT_BACKLOG = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSpec:
+    stream: str
+    durable: str
+    filter_subjects: tuple[str, ...]
+
+
+def stream_configs(subjects: Subjects, replicas: int = 1) -> list[StreamConfig]:
+    def cfg(kind: str, subs: list[str], **kw: object) -> StreamConfig:
+        return StreamConfig(
+            name=subjects.stream(kind),
+            subjects=subs,
+            storage=StorageType.FILE,
+            num_replicas=replicas,
+            duplicate_window=DUPLICATE_WINDOW,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    return [
+        cfg(
+            "proposals", [subjects.proposals(">")],
+            retention=RetentionPolicy.WORK_QUEUE, max_age=7 * DAY,
+            max_msgs_per_subject=PER_AGENT_BACKLOG, discard=DiscardPolicy.NEW,
+            discard_new_per_subject=True,
+        ),
+        cfg(
+            "decisions", [subjects.decisions(">"), subjects.cancel(">")],
+            retention=RetentionPolicy.WORK_QUEUE, max_age=7 * DAY,
+        ),
+        cfg("executed", [subjects.executed(">")], retention=RetentionPolicy.WORK_QUEUE,
+            max_age=30 * DAY),
+        cfg("inbox", [subjects.inbox(">")], retention=RetentionPolicy.LIMITS, max_age=7 * DAY),
+        cfg(
+            "results", [subjects.released(">"), subjects.blocked(">")],
+            retention=RetentionPolicy.LIMITS, max_age=7 * DAY,
+        ),
+        cfg("dead", [subjects.dead(">")], retention=RetentionPolicy.LIMITS, max_age=30 * DAY),
+    ]  # fmt: skip
+
+
+def service_consumers(subjects: Subjects) -> dict[str, ConsumerSpec]:
+    return {
+        "intake": ConsumerSpec(subjects.stream("proposals"), "intake", (subjects.proposals(">"),)),
+        "collector": ConsumerSpec(
+            subjects.stream("decisions"),
+            "collector",
+            (subjects.decisions(">"), subjects.cancel(">")),
+        ),
+        "auditor": ConsumerSpec(subjects.stream("executed"), "auditor", (subjects.executed(">"),)),
+    }
+
+
+def consumer_config(spec: ConsumerSpec, *, max_ack_pending: int = 4096) -> ConsumerConfig:
+    return ConsumerConfig(
+        durable_name=spec.durable,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=ACK_WAIT,
+        # A margin over MAX_ATTEMPTS: the stage dead-letters at MAX_ATTEMPTS itself; the server
+        # limit only stops a message that crashes the whole process from looping forever.
+        max_deliver=MAX_ATTEMPTS + 3,
+        max_ack_pending=max_ack_pending,
+        filter_subjects=list(spec.filter_subjects),
+    )
+
+
+async def ensure_streams(js: JetStreamContext, subjects: Subjects, replicas: int = 1) -> None:
+    """Create the streams, or bring an existing stream's config up to date."""
+    for config in stream_configs(subjects, replicas):
+        assert config.name is not None
+        try:
+            await js.stream_info(config.name)
+        except NotFoundError:
+            await js.add_stream(config=config)
+        else:
+            await js.update_stream(config=config)
+
+
+async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec) -> None:
+    """Create the durable, or update it: a durable's config is not updated by re-binding."""
+    await js.add_consumer(spec.stream, config=consumer_config(spec))

@@ -1,0 +1,98 @@
+"""Engine creation and versioned migrations for SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, event, select, text
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlmodel import SQLModel
+
+from workflow.errors import ConfigError
+from workflow.store import schema
+
+# Migrations run in order, each once, recorded in `schema_version`. Version 1 creates the
+# tables as defined in `schema`; a later schema change adds a function here (ALTER …) and
+# never edits an applied one.
+_V1_TABLES = [
+    schema.ProposalRow, schema.RequestRow, schema.DecisionRow, schema.OutcomeRow,
+    schema.ExecutionRow, schema.OutboxRow, schema.AuditRow, schema.AuditHeadRow,
+]  # fmt: skip
+
+
+def _v1(conn: Connection) -> None:
+    SQLModel.metadata.create_all(conn, tables=[t.__table__ for t in _V1_TABLES])  # type: ignore[attr-defined]
+    conn.execute(schema.AuditHeadRow.__table__.insert().values(id=1, seq=0, hash="0" * 64))  # type: ignore[attr-defined]
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1]
+
+
+def create_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:
+    """An async engine for a `sqlite+aiosqlite://` or `postgresql+asyncpg://` URL."""
+    try:
+        if url.startswith("sqlite"):
+            engine = create_async_engine(url, connect_args={"timeout": 30})
+            event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+            return engine
+        if url.startswith("postgresql"):
+            if "+asyncpg" not in url:
+                raise ConfigError(
+                    "PostgreSQL URLs must use the asyncpg driver: postgresql+asyncpg://…",
+                    key="database-url",
+                )
+            return create_async_engine(url, pool_size=pool_size, pool_pre_ping=True)
+    except ArgumentError as exc:
+        raise ConfigError(f"invalid database URL: {exc}", key="database-url") from exc
+    except ModuleNotFoundError as exc:
+        raise ConfigError(
+            f"the database driver is not installed ({exc.name}); for PostgreSQL install "
+            "`headgate[postgres]`",
+            key="database-url",
+        ) from exc
+    raise ConfigError(
+        "unsupported database URL; use sqlite+aiosqlite:///PATH or postgresql+asyncpg://…",
+        key="database-url",
+    )
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    for pragma in (
+        "journal_mode=WAL",
+        "busy_timeout=10000",
+        "synchronous=NORMAL",
+        "foreign_keys=ON",
+    ):
+        cursor.execute(f"PRAGMA {pragma}")
+    cursor.close()
+
+
+async def migrate(engine: AsyncEngine) -> int:
+    """Bring the schema to the newest version; safe to run from several replicas at once."""
+    async with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            # One migrator at a time across replicas; released at commit.
+            await conn.execute(text("SELECT pg_advisory_xact_lock(720431)"))
+        await conn.run_sync(
+            lambda c: schema.SchemaVersionRow.__table__.create(c, checkfirst=True)  # type: ignore[attr-defined]
+        )
+        current = (
+            await conn.execute(
+                select(schema.SchemaVersionRow.version)  # type: ignore[call-overload]
+                .order_by(schema.SchemaVersionRow.version.desc())  # type: ignore[attr-defined]
+                .limit(1)
+            )
+        ).scalar()
+        current = current or 0
+        for version in range(current + 1, len(MIGRATIONS) + 1):
+            await conn.run_sync(MIGRATIONS[version - 1])
+            await conn.execute(
+                schema.SchemaVersionRow.__table__.insert().values(  # type: ignore[attr-defined]
+                    version=version, applied_at=datetime.now(UTC)
+                )
+            )
+        return len(MIGRATIONS)

@@ -1,0 +1,486 @@
+"""The async repository: every read and write the service makes, in batches where it matters.
+
+Writes that belong together (a state change, the events that report it and its audit records)
+happen in one transaction. SQLite has one writer at a time, so in-process writes queue on a lock
+instead of meeting `database is locked`; PostgreSQL serialises audit appends on the chain head row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Table, and_, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from workflow.approvals import HeldRequest, RequestState
+from workflow.messages import ApprovalRecord, ApprovalRequirement, canonical_json
+from workflow.store import schema
+from workflow.store.audit import AuditEntry, ChainCheck, chain_hash, verify_chain
+from workflow.store.db import create_engine, migrate
+
+
+def _t(model: Any) -> Table:
+    return model.__table__  # type: ignore[no-any-return]
+
+
+PROPOSALS = _t(schema.ProposalRow)
+REQUESTS = _t(schema.RequestRow)
+DECISIONS = _t(schema.DecisionRow)
+OUTCOMES = _t(schema.OutcomeRow)
+EXECUTIONS = _t(schema.ExecutionRow)
+OUTBOX = _t(schema.OutboxRow)
+AUDIT = _t(schema.AuditRow)
+AUDIT_HEAD = _t(schema.AuditHeadRow)
+
+
+class ConcurrentUpdate(Exception):  # noqa: N818 - a signal, not an error a user sees
+    """Another writer changed the request first; reload and apply again."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEvent:
+    msg_id: str
+    subject: str
+    payload: str
+    proposal_id: str | None = None
+
+
+@dataclass(slots=True)
+class IntakeRecord:
+    """Everything one new proposal writes, computed by the pure core."""
+
+    proposal: dict[str, Any]
+    request: dict[str, Any] | None = None
+    outcome: dict[str, Any] | None = None
+    events: list[OutboxEvent] = field(default_factory=list)
+    audit: list[AuditEntry] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return str(self.proposal["id"])
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeResult:
+    new: set[str]
+    existing_digests: dict[str, str]
+
+
+@dataclass(slots=True)
+class StepWrite:
+    """The effects of one approval-state-machine step."""
+
+    request_id: str
+    expected_version: int | None
+    new_state: str | None = None
+    decision: dict[str, Any] | None = None
+    outcome: dict[str, Any] | None = None
+    proposal_status: tuple[str, str] | None = None
+    events: list[OutboxEvent] = field(default_factory=list)
+    audit: list[AuditEntry] = field(default_factory=list)
+
+
+class Store:
+    def __init__(self, engine: AsyncEngine):
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
+
+    @classmethod
+    async def open(cls, url: str) -> Store:
+        store = cls(create_engine(url))
+        await migrate(store.engine)
+        return store
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    # ------------------------------------------------------------------ plumbing
+    def _insert(self, table: Table) -> Any:
+        module = postgresql if self.dialect == "postgresql" else sqlite
+        return module.insert(table)
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[AsyncConnection]:
+        if self._write_lock is None:
+            async with self.engine.begin() as conn:
+                yield conn
+            return
+        async with self._write_lock, self.engine.begin() as conn:
+            yield conn
+
+    async def ping(self) -> None:
+        async with self.engine.connect() as conn:
+            await conn.execute(select(1))
+
+    async def _append_audit(
+        self, conn: AsyncConnection, entries: Sequence[AuditEntry], now: datetime
+    ) -> None:
+        if not entries:
+            return
+        head = (
+            await conn.execute(
+                select(AUDIT_HEAD.c.seq, AUDIT_HEAD.c.hash)
+                .where(AUDIT_HEAD.c.id == 1)
+                .with_for_update()
+            )
+        ).one()
+        seq, prev = int(head.seq), str(head.hash)
+        at = now.isoformat()
+        rows = []
+        for entry in entries:
+            seq += 1
+            data = canonical_json(entry.data)
+            digest = chain_hash(
+                prev, seq, at, entry.kind, entry.proposal_id, entry.request_id, entry.actor, data
+            )
+            rows.append(
+                {
+                    "seq": seq, "at": at, "kind": entry.kind, "proposal_id": entry.proposal_id,
+                    "request_id": entry.request_id, "actor": entry.actor, "data": data,
+                    "prev_hash": prev, "hash": digest,
+                }
+            )  # fmt: skip
+            prev = digest
+        await conn.execute(AUDIT.insert(), rows)
+        await conn.execute(
+            update(AUDIT_HEAD).where(AUDIT_HEAD.c.id == 1).values(seq=seq, hash=prev)
+        )
+
+    async def _insert_events(
+        self, conn: AsyncConnection, events: Sequence[OutboxEvent], now: datetime
+    ) -> None:
+        if events:
+            await conn.execute(
+                self._insert(OUTBOX).on_conflict_do_nothing(index_elements=["msg_id"]),
+                [
+                    {"msg_id": e.msg_id, "subject": e.subject, "payload": e.payload,
+                     "proposal_id": e.proposal_id, "published": False, "created_at": now}
+                    for e in events
+                ],
+            )  # fmt: skip
+
+    # ------------------------------------------------------------------ intake
+    async def record_intake(self, records: Sequence[IntakeRecord], now: datetime) -> IntakeResult:
+        """Insert new proposals with their effects; report which ids already existed."""
+        unique: dict[str, IntakeRecord] = {}
+        for rec in records:
+            unique.setdefault(rec.id, rec)
+        async with self._write() as conn:
+            inserted = await conn.execute(
+                self._insert(PROPOSALS)
+                .values([r.proposal for r in unique.values()])
+                .on_conflict_do_nothing(index_elements=["id"])
+                .returning(PROPOSALS.c.id)
+            )
+            new = {row[0] for row in inserted}
+            fresh = [r for r in unique.values() if r.id in new]
+            requests = [r.request for r in fresh if r.request is not None]
+            outcomes = [r.outcome for r in fresh if r.outcome is not None]
+            if requests:
+                await conn.execute(REQUESTS.insert(), requests)
+            if outcomes:
+                await conn.execute(OUTCOMES.insert(), outcomes)
+            await self._insert_events(conn, [e for r in fresh for e in r.events], now)
+            await self._append_audit(conn, [a for r in fresh for a in r.audit], now)
+            existing: dict[str, str] = {}
+            others = [i for i in unique if i not in new]
+            if others:
+                rows = await conn.execute(
+                    select(PROPOSALS.c.id, PROPOSALS.c.digest).where(PROPOSALS.c.id.in_(others))
+                )
+                existing = {row.id: row.digest for row in rows}
+        return IntakeResult(new=new, existing_digests=existing)
+
+    # ------------------------------------------------------------------ outbox
+    async def mark_published(self, msg_ids: Iterable[str]) -> None:
+        ids = list(msg_ids)
+        if not ids:
+            return
+        async with self._write() as conn:
+            await conn.execute(
+                update(OUTBOX).where(OUTBOX.c.msg_id.in_(ids)).values(published=True)
+            )
+
+    async def events_for(self, proposal_ids: Iterable[str]) -> list[OutboxEvent]:
+        ids = list(proposal_ids)
+        if not ids:
+            return []
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(
+                select(OUTBOX).where(OUTBOX.c.proposal_id.in_(ids)).order_by(OUTBOX.c.created_at)
+            )
+            return [OutboxEvent(r.msg_id, r.subject, r.payload, r.proposal_id) for r in rows]
+
+    async def unpublished(self, older_than: datetime, limit: int = 500) -> list[OutboxEvent]:
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(
+                select(OUTBOX)
+                .where(and_(OUTBOX.c.published.is_(False), OUTBOX.c.created_at <= older_than))
+                .order_by(OUTBOX.c.created_at)
+                .limit(limit)
+            )
+            return [OutboxEvent(r.msg_id, r.subject, r.payload, r.proposal_id) for r in rows]
+
+    # ------------------------------------------------------------------ requests
+    async def load_request(self, ident: str) -> tuple[HeldRequest, int] | None:
+        """A request by request id or proposal id, with its approvals and version."""
+        async with self.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(REQUESTS).where(
+                        (REQUESTS.c.request_id == ident) | (REQUESTS.c.proposal_id == ident)
+                    )
+                )
+            ).first()
+            if row is None:
+                return None
+            approvals = await self._approvals(conn, [row.request_id])
+        return _held(row, approvals.get(row.request_id, ())), int(row.version)
+
+    async def _approvals(
+        self, conn: AsyncConnection, request_ids: Sequence[str]
+    ) -> dict[str, tuple[ApprovalRecord, ...]]:
+        rows = await conn.execute(
+            select(DECISIONS.c.request_id, DECISIONS.c.record)
+            .where(
+                DECISIONS.c.request_id.in_(request_ids),
+                DECISIONS.c.accepted.is_(True),
+                DECISIONS.c.verdict == "approve",
+            )
+            .order_by(DECISIONS.c.received_at)
+        )
+        out: dict[str, list[ApprovalRecord]] = {}
+        for r in rows:
+            out.setdefault(r.request_id, []).append(ApprovalRecord.model_validate_json(r.record))
+        return {k: tuple(v) for k, v in out.items()}
+
+    async def nonce_signature(self, nonce: str) -> tuple[bool, str | None]:
+        """Whether a decision with this nonce was recorded, and the signature it carried."""
+        async with self.engine.connect() as conn:
+            found = (
+                await conn.execute(
+                    select(DECISIONS.c.nonce, DECISIONS.c.signature).where(
+                        DECISIONS.c.nonce == nonce
+                    )
+                )
+            ).first()
+        return (found is not None, found.signature if found is not None else None)
+
+    async def decision_status(self, nonce: str) -> Any | None:
+        async with self.engine.connect() as conn:
+            return (
+                await conn.execute(select(DECISIONS).where(DECISIONS.c.nonce == nonce))
+            ).first()
+
+    async def proposal_parts(self, proposal_id: str) -> tuple[str, str, str] | None:
+        """The stored proposal, classification and verdict JSON of one proposal."""
+        async with self.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(
+                        PROPOSALS.c.payload, PROPOSALS.c.classification, PROPOSALS.c.verdict
+                    ).where(PROPOSALS.c.id == proposal_id)
+                )
+            ).first()
+        return (row.payload, row.classification, row.verdict) if row is not None else None
+
+    async def release_exists(self, release_id: str) -> bool:
+        async with self.engine.connect() as conn:
+            found = await conn.execute(
+                select(OUTCOMES.c.proposal_id).where(OUTCOMES.c.release_id == release_id)
+            )
+            return found.first() is not None
+
+    async def due_requests(self, now: datetime, limit: int = 200) -> list[tuple[HeldRequest, int]]:
+        async with self.engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(REQUESTS)
+                    .where(REQUESTS.c.state == "pending", REQUESTS.c.expires_at <= now)
+                    .order_by(REQUESTS.c.expires_at)
+                    .limit(limit)
+                )
+            ).all()
+            approvals = await self._approvals(conn, [r.request_id for r in rows]) if rows else {}
+        return [(_held(r, approvals.get(r.request_id, ())), int(r.version)) for r in rows]
+
+    async def commit_step(self, write: StepWrite, now: datetime) -> bool:
+        """Apply one step atomically. False when the nonce was already used (a replay race).
+
+        Raises ConcurrentUpdate when another writer moved the request first.
+        """
+        try:
+            async with self._write() as conn:
+                if write.decision is not None:
+                    got = await conn.execute(
+                        self._insert(DECISIONS)
+                        .values(**write.decision)
+                        .on_conflict_do_nothing(index_elements=["nonce"])
+                        .returning(DECISIONS.c.nonce)
+                    )
+                    if got.first() is None:
+                        return False
+                if write.expected_version is not None:
+                    values: dict[str, Any] = {"version": write.expected_version + 1}
+                    if write.new_state is not None:
+                        values["state"] = write.new_state
+                        if write.new_state != RequestState.PENDING:
+                            values["closed_at"] = now
+                    changed = await conn.execute(
+                        update(REQUESTS)
+                        .where(
+                            REQUESTS.c.request_id == write.request_id,
+                            REQUESTS.c.version == write.expected_version,
+                        )
+                        .values(**values)
+                    )
+                    if changed.rowcount != 1:  # type: ignore[attr-defined]
+                        raise ConcurrentUpdate(write.request_id)
+                if write.outcome is not None:
+                    await conn.execute(OUTCOMES.insert().values(**write.outcome))
+                if write.proposal_status is not None:
+                    pid, status = write.proposal_status
+                    await conn.execute(
+                        update(PROPOSALS).where(PROPOSALS.c.id == pid).values(status=status)
+                    )
+                await self._insert_events(conn, write.events, now)
+                await self._append_audit(conn, write.audit, now)
+        except ConcurrentUpdate:
+            raise
+        return True
+
+    async def append_audit(self, entries: Sequence[AuditEntry], now: datetime) -> None:
+        async with self._write() as conn:
+            await self._append_audit(conn, entries, now)
+
+    async def record_execution(
+        self, row: dict[str, Any], audit: AuditEntry, now: datetime
+    ) -> bool:
+        async with self._write() as conn:
+            got = await conn.execute(
+                self._insert(EXECUTIONS)
+                .values(**row)
+                .on_conflict_do_nothing(index_elements=["release_id"])
+                .returning(EXECUTIONS.c.release_id)
+            )
+            if got.first() is None:
+                return False
+            await self._append_audit(conn, [audit], now)
+        return True
+
+    # ------------------------------------------------------------------ queries
+    async def pending(
+        self, *, workspace: str | None, agent: str | None, limit: int
+    ) -> list[tuple[Any, tuple[ApprovalRecord, ...]]]:
+        """Pending requests with their proposal rows, oldest first."""
+        query = (
+            select(REQUESTS, PROPOSALS.c.payload, PROPOSALS.c.classification)
+            .join(PROPOSALS, PROPOSALS.c.id == REQUESTS.c.proposal_id)
+            .where(REQUESTS.c.state == "pending")
+            .order_by(REQUESTS.c.created_at)
+            .limit(limit)
+        )
+        if workspace:
+            query = query.where(REQUESTS.c.workspace == workspace)
+        if agent:
+            query = query.where(REQUESTS.c.agent == agent)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+            approvals = await self._approvals(conn, [r.request_id for r in rows]) if rows else {}
+        return [(r, approvals.get(r.request_id, ())) for r in rows]
+
+    async def pending_count(self) -> int:
+        async with self.engine.connect() as conn:
+            got = await conn.execute(
+                select(func.count()).select_from(REQUESTS).where(REQUESTS.c.state == "pending")
+            )
+            return int(got.scalar_one())
+
+    async def proposal(self, ident: str) -> dict[str, Any] | None:
+        """Everything stored about one proposal (by proposal id or request id)."""
+        async with self.engine.connect() as conn:
+            req = (
+                await conn.execute(
+                    select(REQUESTS).where(
+                        (REQUESTS.c.request_id == ident) | (REQUESTS.c.proposal_id == ident)
+                    )
+                )
+            ).first()
+            pid = req.proposal_id if req is not None else ident
+            prop = (await conn.execute(select(PROPOSALS).where(PROPOSALS.c.id == pid))).first()
+            if prop is None:
+                return None
+            decisions = (
+                await conn.execute(
+                    select(DECISIONS)
+                    .where(DECISIONS.c.request_id == req.request_id)
+                    .order_by(DECISIONS.c.received_at)
+                )
+            ).all() if req is not None else []  # fmt: skip
+            audit = (
+                await conn.execute(
+                    select(AUDIT).where(AUDIT.c.proposal_id == pid).order_by(AUDIT.c.seq)
+                )
+            ).all()
+            outcome = (
+                await conn.execute(select(OUTCOMES).where(OUTCOMES.c.proposal_id == pid))
+            ).first()
+        return {
+            "proposal": prop, "request": req, "decisions": decisions, "audit": audit,
+            "outcome": outcome,
+        }  # fmt: skip
+
+    async def audit_rows(
+        self, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[schema.AuditRow]:
+        query = select(AUDIT).where(AUDIT.c.seq > after_seq).order_by(AUDIT.c.seq)
+        if limit is not None:
+            query = query.limit(limit)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [schema.AuditRow.model_validate(r._mapping) for r in rows]
+
+    async def verify_audit(self, batch: int = 5000) -> ChainCheck:
+        """Check the whole chain in batches, and that the head row matches its end."""
+        checked, prev, after = 0, "0" * 64, 0
+        while True:
+            rows = await self.audit_rows(after_seq=after, limit=batch)
+            if not rows:
+                break
+            result = verify_chain(rows, start_hash=prev) if after == 0 or rows[0].seq == after + 1 \
+                else ChainCheck(False, 0, rows[0].seq, f"record {after + 1} is missing.")
+            if not result.ok:
+                return ChainCheck(False, checked + result.checked, result.first_bad_seq,
+                                  result.problem)  # fmt: skip
+            checked += result.checked
+            prev, after = rows[-1].hash, rows[-1].seq
+        async with self.engine.connect() as conn:
+            head = (await conn.execute(select(AUDIT_HEAD).where(AUDIT_HEAD.c.id == 1))).one()
+        if int(head.seq) != after or head.hash != prev:
+            return ChainCheck(
+                False, checked, after + 1,
+                f"the chain ends at record {after} but the head says {head.seq}: records were "
+                "removed from the end.",
+            )  # fmt: skip
+        return ChainCheck(True, checked)
+
+
+def _held(row: Any, approvals: tuple[ApprovalRecord, ...]) -> HeldRequest:
+    return HeldRequest(
+        request_id=row.request_id,
+        proposal_id=row.proposal_id,
+        agent=row.agent,
+        workspace=row.workspace,
+        proposal_digest=row.digest,
+        requirement=ApprovalRequirement.model_validate_json(row.requirement),
+        expires_at=row.expires_at,
+        state=RequestState(row.state),
+        approvals=approvals,
+    )

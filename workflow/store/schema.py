@@ -1,0 +1,171 @@
+"""The database tables (sqlmodel), shared by SQLite and PostgreSQL.
+
+Uniqueness carries the exactly-once guarantees: one proposal row per proposal id, one request per
+proposal, one terminal outcome per proposal, one decision per nonce, one execution report per
+release. Every event Headgate publishes is first written to `outbox` in the same transaction as
+the state change it reports, then published with its `msg_id` as `Nats-Msg-Id`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import DateTime, Index, text
+from sqlalchemy.types import TypeDecorator
+from sqlmodel import Column, Field, SQLModel
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _ts(*, index: bool = False, nullable: bool = False) -> Any:
+    return Field(sa_column=Column(UTCDateTime(), index=index, nullable=nullable))
+
+
+class ProposalRow(SQLModel, table=True):
+    __tablename__ = "proposals"
+
+    id: str = Field(primary_key=True, max_length=200)
+    agent: str = Field(index=True, max_length=128)
+    workspace: str = Field(max_length=128)
+    tool: str = Field(max_length=200)
+    digest: str = Field(max_length=64)
+    risk_class: str = Field(max_length=32)
+    severity: str = Field(max_length=16)
+    decision: str = Field(max_length=32)
+    status: str = Field(index=True, max_length=16)
+    payload: str
+    classification: str
+    verdict: str
+    received_at: datetime = _ts()
+
+
+class RequestRow(SQLModel, table=True):
+    __tablename__ = "requests"
+    __table_args__ = (Index("ix_requests_state_expires", "state", "expires_at"),)
+
+    request_id: str = Field(primary_key=True, max_length=128)
+    proposal_id: str = Field(unique=True, max_length=200)
+    agent: str = Field(max_length=128)
+    workspace: str = Field(index=True, max_length=128)
+    digest: str = Field(max_length=64)
+    requirement: str
+    state: str = Field(max_length=16)
+    version: int = 0
+    created_at: datetime = _ts()
+    expires_at: datetime = _ts()
+    closed_at: datetime | None = _ts(nullable=True)
+
+
+class DecisionRow(SQLModel, table=True):
+    """Every decision received, accepted or refused; the nonce can never be used again."""
+
+    __tablename__ = "decisions"
+    __table_args__ = (
+        Index(
+            "ux_decisions_accepted_approver",
+            "request_id",
+            "approver",
+            unique=True,
+            sqlite_where=text("accepted = 1 AND verdict = 'approve'"),
+            postgresql_where=text("accepted AND verdict = 'approve'"),
+        ),
+    )
+
+    nonce: str = Field(primary_key=True, max_length=100)
+    request_id: str = Field(index=True, max_length=128)
+    approver: str = Field(max_length=200)
+    key: str | None = Field(default=None, max_length=64)
+    signature: str | None = Field(default=None, max_length=200)
+    verdict: str = Field(max_length=16)
+    accepted: bool
+    refusal: str | None = Field(default=None, max_length=32)
+    message: str
+    record: str | None = None
+    received_at: datetime = _ts()
+
+
+class OutcomeRow(SQLModel, table=True):
+    """The one terminal outcome of a proposal."""
+
+    __tablename__ = "outcomes"
+
+    proposal_id: str = Field(primary_key=True, max_length=200)
+    outcome: str = Field(max_length=16)
+    release_id: str | None = Field(default=None, unique=True, max_length=200)
+    reason: str
+    at: datetime = _ts()
+
+
+class ExecutionRow(SQLModel, table=True):
+    __tablename__ = "executions"
+
+    release_id: str = Field(primary_key=True, max_length=200)
+    proposal_id: str = Field(index=True, max_length=200)
+    agent: str = Field(max_length=128)
+    success: bool
+    summary: str
+    finished_at: datetime = _ts()
+
+
+class OutboxRow(SQLModel, table=True):
+    __tablename__ = "outbox"
+    __table_args__ = (Index("ix_outbox_unpublished", "published", "created_at"),)
+
+    msg_id: str = Field(primary_key=True, max_length=250)
+    proposal_id: str | None = Field(default=None, index=True, max_length=200)
+    subject: str = Field(max_length=300)
+    payload: str
+    published: bool = False
+    created_at: datetime = _ts()
+
+
+class AuditRow(SQLModel, table=True):
+    """Append-only, hash-chained: each row's hash covers its content and the previous hash."""
+
+    __tablename__ = "audit"
+
+    seq: int = Field(primary_key=True)
+    at: str = Field(max_length=40)
+    kind: str = Field(index=True, max_length=40)
+    proposal_id: str | None = Field(default=None, index=True, max_length=200)
+    request_id: str | None = Field(default=None, max_length=128)
+    actor: str = Field(max_length=200)
+    data: str
+    prev_hash: str = Field(max_length=64)
+    hash: str = Field(max_length=64)
+
+
+class AuditHeadRow(SQLModel, table=True):
+    """One row: the chain's last sequence number and hash. Locked to append."""
+
+    __tablename__ = "audit_head"
+
+    id: int = Field(default=1, primary_key=True)
+    seq: int = 0
+    hash: str = Field(default="0" * 64, max_length=64)
+
+
+class SchemaVersionRow(SQLModel, table=True):
+    __tablename__ = "schema_version"
+
+    version: int = Field(primary_key=True)
+    applied_at: datetime = _ts()
