@@ -49,8 +49,15 @@ def test_default_policy_holds_unknown_tools_for_approval_with_its_ttl() -> None:
 
 @pytest.mark.parametrize(
     ("written", "seconds"),
-    [("3600", 3600), ('"1h"', 3600), ('"30m"', 1800), ('"1h30m"', 5400), ('"2d"', 172800),
-     ('"45s"', 45), ("90", 90)],
+    [
+        ("3600", 3600),
+        ('"1h"', 3600),
+        ('"30m"', 1800),
+        ('"1h30m"', 5400),
+        ('"2d"', 172800),
+        ('"45s"', 45),
+        ("90", 90),
+    ],
 )
 def test_default_ttl_accepts_seconds_and_duration_strings(written: str, seconds: int) -> None:
     assert policy(f"default_ttl = {written}").default_ttl_seconds == seconds
@@ -158,7 +165,7 @@ INVALID: list[tuple[str, str, str, int | None]] = [
         1,
     ),
     ('allow_max_severity = "critical"\n', "allow_max_severity", "always needs a human", 1),
-    ('[lock]\nwrite_file = "abc"\n', "lock.write_file.hash", "should match pattern", 2),
+    ('[lock]\nwrite_file = "abc"\n', "lock.write_file.hash", "not a definition hash", 2),
     (
         f'[tools.x]\npin = "{HASH_A}"\n[lock]\nx = "{HASH_B}"\n',
         "lock.x",
@@ -277,7 +284,8 @@ def test_a_loosening_workspace_or_source_entry_is_an_error_naming_its_key(
     with pytest.raises(PolicyValidationError) as caught:
         load_policy_text(text, "acme.toml")
     assert caught.value.key == key
-    assert "may only tighten" in str(caught.value)
+    kind = "workspace" if key.startswith("workspaces") else "source"
+    assert f"the {kind} `{key.split('.')[1]}` may only tighten" in str(caught.value)
     assert fragment in str(caught.value)
     assert caught.value.line is not None
 

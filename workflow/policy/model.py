@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,7 +21,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import nkeys
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from workflow.classify.engine import definition_hash
 from workflow.classify.tables import ClassifierTables, ToolRule
@@ -39,7 +48,18 @@ from workflow.policy.source import error_message, error_path, locate
 
 Token = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
 ToolName = Annotated[str, Field(min_length=1, max_length=200)]
-DefinitionHash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+def _check_hash(value: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{64}", value):
+        raise ValueError(
+            f"{value!r} is not a definition hash (64 lowercase hex characters, as written by "
+            "`headgate tools pin`)"
+        )
+    return value
+
+
+DefinitionHash = Annotated[str, AfterValidator(_check_hash)]
 ServerKind = Annotated[str, Field(min_length=1, max_length=200)]
 
 DEFAULT_CLASS_DECISIONS: dict[RiskClass, Decision] = {
@@ -420,7 +440,11 @@ class PolicyProblem:
     def render(self, source: str | None) -> str:
         where = ", ".join(
             part
-            for part in (source, f"line {self.line}" if self.line else None, f"key {self.key}")
+            for part in (
+                source,
+                f"line {self.line}" if self.line else None,
+                None if self.key.startswith("(") else f"key {self.key}",
+            )
             if part
         )
         return f"{where}: {self.message}"
@@ -494,8 +518,6 @@ def load_policy(path: Path) -> Policy:
 
 
 def _syntax_error(message: str, source: str) -> PolicyValidationError:
-    import re
-
     line: int | None = None
     m = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
     if m:

@@ -110,6 +110,11 @@ def _destructive(policy: Policy) -> list[PolicyProblem]:
     return found
 
 
+def _who(key: list[str]) -> str:
+    kind = "workspace" if key[0] == "workspaces" else "source"
+    return f"the {kind} `{key[1]}`"
+
+
 def _tighter_decision(
     key: list[str], given: Decision | None, base: Decision | None, what: str
 ) -> list[PolicyProblem]:
@@ -120,7 +125,7 @@ def _tighter_decision(
             return [
                 _problem(
                     key,
-                    f"a workspace or source may only tighten, and allow tightens nothing here: "
+                    f"{_who(key)} may only tighten, and allow tightens nothing here: "
                     f"{what} has no global decision that allows it",
                 )
             ]
@@ -129,7 +134,7 @@ def _tighter_decision(
         return [
             _problem(
                 key,
-                f"a workspace or source may only tighten, but {given} is looser than the "
+                f"{_who(key)} may only tighten, but {given} is looser than the "
                 f"global {base} for {what}",
             )
         ]
@@ -144,8 +149,7 @@ def _tighter_spec(
     return [
         _problem(
             [*key, "approval", field],
-            f"a workspace or source may only tighten the approval requirement for {what}, "
-            f"but {sentence}",
+            f"{_who(key)} may only tighten the approval requirement for {what}, but {sentence}",
         )
         for field, sentence in spec.looser_than(base)
     ]
@@ -157,7 +161,7 @@ def _layer(policy: Policy, key: list[str], layer: Layer) -> list[PolicyProblem]:
         found.append(
             _problem(
                 [*key, "mode"],
-                'a workspace or source may only tighten, but mode = "default" would lift '
+                f'{_who(key)} may only tighten, but mode = "default" would lift '
                 'the global mode = "all_writes"',
             )
         )
