@@ -74,8 +74,10 @@ def test_an_entry_made_for_an_older_definition_cannot_lower_the_quorum() -> None
     )
     known = evaluate(proposal("deploy"), classified(X, HIGH), p)
     changed = evaluate(proposal("deploy"), classified(X, HIGH, known=False), p)
-    assert known.requirement is not None and known.requirement.quorum == 1
-    assert changed.requirement is not None and changed.requirement.quorum == 2
+    assert known.requirement is not None
+    assert known.requirement.quorum == 1
+    assert changed.requirement is not None
+    assert changed.requirement.quorum == 2
 
 
 # --------------------------------------------------------------------------- step 2
@@ -92,7 +94,8 @@ def test_an_operator_may_open_destructive_calls_to_a_quorum_of_two() -> None:
     p = policy('[classes.destructive]\ndecision = "require_approval"\napproval = { quorum = 2 }\n')
     verdict = evaluate(proposal("delete_file"), classified(D, HIGH), p)
     assert verdict.decision is HOLD
-    assert verdict.requirement is not None and verdict.requirement.quorum == 2
+    assert verdict.requirement is not None
+    assert verdict.requirement.quorum == 2
 
 
 def test_a_tool_reviewed_as_destructive_may_be_opened_to_approval_on_its_own() -> None:
@@ -243,7 +246,8 @@ def test_a_destructive_call_opened_by_a_workspace_quorum_never_drops_below_two()
         "[workspaces.acme.approval]\nquorum = 3\n"
     )
     verdict = evaluate(proposal(workspace="acme"), classified(D, HIGH), p)
-    assert verdict.requirement is not None and verdict.requirement.quorum == 3
+    assert verdict.requirement is not None
+    assert verdict.requirement.quorum == 3
 
 
 def test_the_trail_lists_every_step_that_applied_in_order() -> None:
@@ -295,7 +299,9 @@ def test_a_tool_with_the_same_fingerprint_inherits_the_reviewed_entry() -> None:
     p = _inheriting_policy()
     call = proposal("reports_query", definition=_definition("postgres-mcp"))
     match = p.tool_entry(call.tool, call.tool_definition)
-    assert match is not None and match.inherited and match.name == "main_query"
+    assert match is not None
+    assert match.inherited
+    assert match.name == "main_query"
     tables = p.tables_for(call.tool, call.tool_definition)
     assert tables.overrides["reports_query"].risk_class is RiskClass.READ
     verdict = evaluate(call, classified(R, LOW), p)
