@@ -12,7 +12,7 @@ from __future__ import annotations
 import posixpath
 from enum import Enum
 
-from workflow.classify import rules
+from workflow.classify import rules, ruleset
 from workflow.classify.findings import finding
 from workflow.classify.readonly import READ_ONLY
 from workflow.classify.shellstate import (
@@ -119,12 +119,12 @@ def analyse_argv(
         st.cwd = (
             normalise(target.text, st.cwd, st.rules.home) if target.value else "/" + DYNAMIC
         )
-    base, traits, path_args = rules.apply(name, args, st, stdin_text)
-    if base is None:
+    said, traits, path_args = ruleset.apply(name, args, st, stdin_text)
+    if said is None:
         checker = READ_ONLY.get(name)
         base = Base.READ if checker is not None and checker(args) else Base.EXEC
     else:
-        base = {"write": Base.WRITE, "exec": Base.EXEC, "read": Base.READ}[base]
+        base = Base(said)
     _base(base, words, st, path_args if path_args is not None else default_paths(args))
     return traits
 
@@ -144,7 +144,7 @@ def default_paths(args: list[Word]) -> list[Word]:
     return out
 
 
-def _base(base: Base | str, words: list[Word], st: ShellState, paths: list[Word]) -> None:
+def _base(base: Base, words: list[Word], st: ShellState, paths: list[Word]) -> None:
     cmd = shown(words)
     if base is Base.EXEC:
         if any(t.matches(words) for t in st.read_templates):
@@ -246,7 +246,7 @@ def _interpreter(
             st.add(rules.inline_code(name, code))
             return frozenset()
         if args and args[0].value == "-m" and len(args) > 1:
-            return rules.python_module(args[1].text, args[2:], st)
+            return ruleset.python_module(args[1].text, args[2:], st)
     positional = [a for a in args if not a.text.startswith("-") or a.text == "-"]
     if positional and positional[0].text not in ("-", "/dev/stdin"):
         script = positional[0].text

@@ -1,30 +1,47 @@
-"""The layered classifier. Pure: no I/O, no clock.
+"""The layered classifier (DESIGN §4). Pure: no I/O, no clock, no environment.
 
-Each layer proposes a (class, severity, categories) with a reason; the strictest result any
-layer gives wins and no layer can lower another.
+Each layer contributes findings; the accumulator keeps the strictest class and severity any
+of them implies, so no layer can lower another. Every finding becomes a reason.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from workflow.classify.arguments import argument_targets
+from workflow.classify.findings import Accumulator, Finding, finding, note
+from workflow.classify.hints import hint_findings, hints_of
+from workflow.classify.hosts import host_findings, url_findings
+from workflow.classify.shell import command_findings
 from workflow.classify.tables import BUILTIN_TOOLS, DEFAULT_TABLES, ClassifierTables, ToolRule
-from workflow.classify.taxonomy import (
-    Category,
-    RiskClass,
-    Severity,
-    strictest_class,
-    strictest_severity,
-)
+from workflow.classify.targets import Access, check_path, path_rules
+from workflow.classify.taxonomy import Capability, Category, RiskClass, Severity, parse_capability
 from workflow.messages import (
     Classification,
-    Hints,
     Proposal,
-    Reason,
     ToolDefinition,
     canonical_json,
     sha256_hex,
 )
+
+_COMMAND_KEYS = frozenset({"command", "cmd"})
+
+_CAPABILITY: dict[Capability, tuple[RiskClass, Severity, tuple[Category, ...], str]] = {
+    Capability.READ: (RiskClass.READ, Severity.LOW, (), "reads"),
+    Capability.LIST: (RiskClass.READ, Severity.LOW, (), "lists"),
+    Capability.WRITE: (RiskClass.WRITE_LOCAL, Severity.MEDIUM, (), "writes local data"),
+    Capability.PERSIST: (RiskClass.WRITE_LOCAL, Severity.MEDIUM, (), "persists data"),
+    Capability.EXEC: (RiskClass.EXEC, Severity.HIGH, (), "executes code"),
+    Capability.EGRESS_FETCH: (
+        RiskClass.EGRESS, Severity.MEDIUM, (Category.NETWORK,), "fetches from the network"
+    ),
+    Capability.EGRESS_PROVIDER: (
+        RiskClass.EXTERNAL, Severity.MEDIUM, (Category.NETWORK,),
+        "sends data to an outside provider",
+    ),
+    Capability.AUTHZ: (
+        RiskClass.EXTERNAL, Severity.CRITICAL, (Category.PRIVILEGED,),
+        "changes authorisation (who may do what)",
+    ),
+}
 
 
 def definition_hash(definition: ToolDefinition) -> str:
@@ -41,149 +58,172 @@ def definition_hash(definition: ToolDefinition) -> str:
     return sha256_hex(canonical_json(body))
 
 
-@dataclass
-class _Acc:
-    """Accumulates layer results; only ever moves up."""
-
-    risk: RiskClass = RiskClass.READ
-    severity: Severity = Severity.LOW
-    categories: set[Category] = field(default_factory=set)
-    reasons: list[Reason] = field(default_factory=list)
-    fail_closed: bool = False
-    known: bool = True
-
-    def raise_to(
-        self,
-        rule: str,
-        message: str,
-        risk: RiskClass,
-        severity: Severity,
-        categories: frozenset[Category] | set[Category] = frozenset(),
-    ) -> None:
-        self.risk = strictest_class(self.risk, risk)
-        self.severity = strictest_severity(self.severity, severity)
-        self.categories |= set(categories)
-        self.reasons.append(Reason(rule=rule, message=message, risk_class=risk, severity=severity))
-
-    def note(self, rule: str, message: str) -> None:
-        self.reasons.append(Reason(rule=rule, message=message))
-
-
-def _table_rule(tool: str, tables: ClassifierTables, acc: _Acc) -> ToolRule | None:
+def _table_rule(tool: str, tables: ClassifierTables, acc: Accumulator) -> ToolRule | None:
     builtin = BUILTIN_TOOLS.get(tool)
     override = tables.overrides.get(tool)
-    if builtin is None:
-        return override
-    if override is None:
-        return builtin
+    if builtin is None or override is None:
+        return builtin or override
     looser = (
-        override.risk_class.order_key < builtin.risk_class.order_key
+        override.risk_class.rung < builtin.risk_class.rung
         or override.severity.rank < builtin.severity.rank
+        or not builtin.categories <= override.categories
+        or (builtin.takes_command and not override.takes_command)
     )
     if looser:
-        acc.note(
-            "table.override_ignored",
-            f"The override for `{tool}` would loosen its built-in classification "
-            f"({builtin.risk_class}, {builtin.severity}); overrides may only tighten, so it "
-            "was ignored.",
+        acc.add(
+            note(
+                "table.override_ignored",
+                f"The override for `{tool}` ({override.risk_class}, {override.severity}) would "
+                f"loosen its built-in classification ({builtin.risk_class}, "
+                f"{builtin.severity}); overrides may only tighten, so it was ignored.",
+            )
         )
         return builtin
     return override
 
 
-def _hints(definition: ToolDefinition | None, acc: _Acc, tool: str) -> Hints:
-    if definition is None:
-        return Hints()
-    ann = definition.annotations
-    hints = Hints(
-        read_only=ann.readOnlyHint if ann else None,
-        destructive=ann.destructiveHint if ann else None,
-        idempotent=ann.idempotentHint if ann else None,
-        open_world=ann.openWorldHint if ann else None,
+def _capability(proposal: Proposal) -> list[Finding]:
+    declared = proposal.capability
+    if declared is None:
+        return []
+    cap = parse_capability(declared)
+    if cap is None:
+        return [
+            finding(
+                "capability.unknown",
+                f"The proposal declares the verb `{declared[:60]}`, which is not one Headgate "
+                "knows; an unknown verb fails closed (exec, critical).",
+                RiskClass.EXEC,
+                Severity.CRITICAL,
+                fail_closed=True,
+            )
+        ]
+    risk, sev, cats, what = _CAPABILITY[cap]
+    return [
+        finding(
+            f"capability.{cap.value}",
+            f"The proposal declares `{cap.value}`: it {what} ({risk}, {sev}).",
+            risk,
+            sev,
+            *cats,
+        )
+    ]
+
+
+def _command(proposal: Proposal) -> str | list[str] | None:
+    for key in ("command", "cmd", "argv", "args"):
+        value = proposal.arguments.get(key)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            return value
+    return None
+
+
+def _unknown(tool: str, why: str) -> Finding:
+    return finding(
+        "table.unknown_tool",
+        f"`{tool}` {why}; unknown tools fail closed (exec, high).",
+        RiskClass.EXEC,
+        Severity.HIGH,
+        fail_closed=True,
     )
-    if hints.read_only and hints.destructive:
-        acc.fail_closed = True
-        acc.raise_to(
-            "hints.incoherent",
-            f"`{tool}` declares itself both read-only and destructive; incoherent metadata "
-            "fails closed.",
-            RiskClass.DESTRUCTIVE,
-            Severity.CRITICAL,
-            {Category.DESTRUCTIVE},
+
+
+def _tool_layer(
+    proposal: Proposal, tables: ClassifierTables, acc: Accumulator, pin_broken: bool
+) -> ToolRule | None:
+    tool = proposal.tool
+    rule = None if pin_broken else _table_rule(tool, tables, acc)
+    is_shell = not pin_broken and tables.is_shell_tool(tool)
+    if pin_broken:
+        acc.add(_unknown(tool, "lost its classification because its definition changed"))
+    elif rule is None and not is_shell:
+        acc.add(_unknown(tool, "is not a known tool"))
+    elif not is_shell and rule is not None:
+        source = "built-in table" if rule is BUILTIN_TOOLS.get(tool) else "operator override"
+        acc.add(
+            finding(
+                "table.builtin" if source == "built-in table" else "table.override",
+                f"The {source} classifies `{tool}` as {rule.risk_class} ({rule.severity}).",
+                rule.risk_class,
+                rule.severity,
+                *sorted(rule.categories),
+            )
         )
-        return hints
-    if hints.destructive:
-        acc.raise_to(
-            "hints.destructive",
-            f"The tool author marks `{tool}` as destructive.",
-            RiskClass.DESTRUCTIVE,
-            Severity.HIGH,
-            {Category.DESTRUCTIVE},
+    command = _command(proposal)
+    if is_shell and command is None:
+        acc.add(
+            finding(
+                "shell.no_command",
+                f"`{tool}` runs shell commands but the proposal carries no `command` argument "
+                "to analyse; it fails closed (exec, high).",
+                RiskClass.EXEC,
+                Severity.HIGH,
+                fail_closed=True,
+            )
         )
-    elif hints.read_only is False or (hints.read_only is None and ann is not None):
-        pass
-    if hints.open_world:
-        acc.raise_to(
-            "hints.open_world",
-            f"The tool author marks `{tool}` as reaching the outside world.",
-            RiskClass.EGRESS if hints.read_only else RiskClass.EXTERNAL,
-            Severity.MEDIUM,
-            {Category.NETWORK},
-        )
-    if definition.requires_approval:
-        acc.raise_to(
-            "hints.requires_approval",
-            f"The tool author says `{tool}` requires approval.",
-            RiskClass.EXTERNAL,
-            Severity.MEDIUM,
-        )
-    return hints
+    if command is not None and (is_shell or rule is None):
+        ctx = proposal.context
+        acc.extend(command_findings(command, ctx.cwd if ctx else None,
+                                    ctx.shell if ctx else None, tables))
+    return None if is_shell else rule
+
+
+def _target_layer(
+    proposal: Proposal, tables: ClassifierTables, rule: ToolRule | None, acc: Accumulator
+) -> None:
+    cap = parse_capability(proposal.capability) if proposal.capability else None
+    reading = (
+        rule is not None
+        and rule.risk_class is RiskClass.READ
+        and cap in (None, Capability.READ, Capability.LIST)
+        and acc.risk is RiskClass.READ
+    )
+    access = Access.READ if reading else Access.WRITE
+    found = argument_targets(proposal.arguments, _COMMAND_KEYS)
+    rules = path_rules(tables)
+    cwd = proposal.context.cwd if proposal.context else None
+    via = f"`{proposal.tool}`"
+    for path in found.paths:
+        acc.extend(check_path(path, cwd, rules, access, via))
+    trusted = tuple(tables.trusted_hosts)
+    for url in found.urls:
+        acc.extend(url_findings(url, trusted, via))
+    for host in found.hosts:
+        acc.extend(host_findings(host, trusted, via))
 
 
 def classify(proposal: Proposal, tables: ClassifierTables = DEFAULT_TABLES) -> Classification:
     """Classify one proposal. Deterministic; the strictest layer wins."""
-    acc = _Acc()
+    acc = Accumulator()
     tool = proposal.tool
     definition = proposal.tool_definition
     dhash = definition_hash(definition) if definition is not None else None
 
-    rule = _table_rule(tool, tables, acc)
     pinned = tables.pinned.get(tool)
-    if pinned is not None and dhash is not None and pinned != dhash:
-        acc.known = False
-        rule = None
-        acc.note(
-            "pin.mismatch",
-            f"The definition of `{tool}` changed since it was pinned "
-            f"({pinned[:12]}… now {dhash[:12]}…); it is treated as an unknown tool.",
+    pin_broken = pinned is not None and pinned != dhash
+    if pinned is not None and pin_broken:
+        now = f"now {dhash[:12]}…" if dhash else "now no definition at all"
+        acc.add(
+            note(
+                "pin.mismatch",
+                f"The definition of `{tool}` changed since it was pinned ({pinned[:12]}…, "
+                f"{now}); it is treated as an unknown tool.",
+            )
         )
-
-    if rule is None:
-        acc.known = False
-        acc.fail_closed = True
-        acc.raise_to(
-            "table.unknown_tool",
-            f"`{tool}` is not a known tool; unknown tools fail closed.",
-            RiskClass.EXEC,
-            Severity.HIGH,
-        )
-    else:
-        acc.raise_to(
-            "table.builtin" if tool in BUILTIN_TOOLS else "table.override",
-            f"`{tool}` is classified {rule.risk_class} ({rule.severity}) by name.",
-            rule.risk_class,
-            rule.severity,
-            rule.categories,
-        )
-
-    hints = _hints(definition, acc, tool)
+    rule = _tool_layer(proposal, tables, acc, pin_broken)
+    acc.extend(_capability(proposal))
+    hints = hints_of(definition)
+    acc.extend(hint_findings(tool, definition, hints, rule.risk_class if rule else None))
+    _target_layer(proposal, tables, rule, acc)
     return Classification(
         risk_class=acc.risk,
         severity=acc.severity,
         categories=sorted(acc.categories),
         hints=hints,
         fail_closed=acc.fail_closed,
-        tool_known=acc.known,
+        tool_known=not pin_broken and (rule is not None or tables.is_shell_tool(tool)),
         definition_hash=dhash,
-        reasons=acc.reasons,
+        reasons=acc.reasons(),
     )

@@ -12,9 +12,7 @@ import re
 from collections.abc import Callable
 
 from workflow.classify.findings import Finding, finding
-from workflow.classify.hosts import URL_RE, host_findings, remote_host, url_findings
-from workflow.classify.readonly import git_is_read
-from workflow.classify.shellstate import DECODE, DYNAMIC, FETCH, ShellState, Word, shown
+from workflow.classify.shellstate import DECODE, FETCH, ShellState, Word, shown
 from workflow.classify.targets import normalise
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 
@@ -137,8 +135,9 @@ def _rm(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> 
 
 def _simple(rule: str, text: str, risk: RiskClass, sev: Severity, *cats: Category) -> Rule:
     def apply(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
-        st.add(finding(rule, f"`{shown([Word.of(name), *args])}` {text} ({', '.join(
-            [*(c.value for c in cats), str(sev)])}).", risk, sev, *cats))
+        label = ", ".join([*(c.value for c in cats), sev.value])
+        st.add(finding(rule, f"`{shown([Word.of(name), *args])}` {text} ({label}).",
+                       risk, sev, *cats))
         return EXEC
 
     return apply

@@ -10,6 +10,7 @@ is unparseable and fails closed; so does nesting (`bash -c "bash -c '…'"`) dee
 
 from __future__ import annotations
 
+import posixpath
 import re
 from functools import lru_cache
 
@@ -24,9 +25,12 @@ from workflow.classify.shellstate import (
     FETCH,
     INTERP,
     ShellState,
+    Template,
     Word,
+    compile_template,
 )
-from workflow.classify.targets import Access, check_path
+from workflow.classify.tables import ClassifierTables
+from workflow.classify.targets import Access, check_path, normalise, path_rules
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 
 MAX_DEPTH = 6
@@ -140,7 +144,9 @@ class Walker:
         return Word(approx if static else None, approx, traits)
 
     def _expansion(self, node: Node) -> Word:
-        names = [c for c in node.named_children if c.type in ("variable_name", "special_variable_name")]
+        names = [
+            c for c in node.named_children if c.type in ("variable_name", "special_variable_name")
+        ]
         name = _text(names[0]) if names else ""
         simple = node.type == "simple_expansion" or _text(node) == "${" + name + "}"
         traits = self.walk_children(node) if node.type == "expansion" else frozenset()
@@ -227,12 +233,13 @@ class Walker:
         for stage in stages:
             traits = self.walk(stage)
             if INTERP in traits and upstream & {FETCH, DECODE}:
-                what = "downloaded" if FETCH in upstream else "decoded"
+                what = "downloads" if FETCH in upstream else "decodes"
+                cats = "network, critical" if FETCH in upstream else "critical"
                 self.st.add(
                     finding(
                         "shell.pipe_to_interpreter",
-                        f"`{_text(node)[:80]}` pipes {what} content into an interpreter: it "
-                        "downloads or decodes code and executes it (critical).",
+                        f"`{_text(node)[:80]}` {what} code and pipes it into an interpreter "
+                        f"that executes it ({cats}).",
                         RiskClass.EXEC,
                         Severity.CRITICAL,
                         *((Category.NETWORK,) if FETCH in upstream else ()),
@@ -272,7 +279,7 @@ class Walker:
         if not dest_nodes:
             return None
         dest = self.word(dest_nodes[-1])
-        if op in (">&", "<&", ">&-", "<&-") and dest.text.isdigit() or dest.text == "-":
+        if (op in (">&", "<&", ">&-", "<&-") and dest.text.isdigit()) or dest.text == "-":
             return None
         self._redirect_target(op, dest)
         return None
@@ -330,7 +337,9 @@ def analyse_source(source: str, label: str, state: ShellState) -> frozenset[str]
         return frozenset()
     data = source.encode("utf-8", "surrogatepass")
     if len(data) > MAX_COMMAND_BYTES:
-        state.add(_parse_failure(f"{label} is longer than {MAX_COMMAND_BYTES} bytes; fails closed."))
+        state.add(
+            _parse_failure(f"{label} is longer than {MAX_COMMAND_BYTES} bytes; it fails closed.")
+        )
         return frozenset()
     tree = _parse(data).root_node
     if tree.has_error:
@@ -352,3 +361,64 @@ def analyse_source(source: str, label: str, state: ShellState) -> frozenset[str]
 def _parse(data: bytes) -> Tree:
     # A tree depends only on the bytes and is never mutated, so a bounded cache is honest.
     return _PARSER.parse(data)
+
+
+_POSIX_SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "ash", "mksh", "busybox"})
+
+
+@lru_cache(maxsize=16)
+def _templates(sources: tuple[str, ...]) -> tuple[Template, ...]:
+    return tuple(compile_template(s) for s in sources)
+
+
+def _nested(source: str, label: str, state: ShellState) -> frozenset[str]:
+    return analyse_source(source, label, state)
+
+
+def new_state(cwd: str | None, tables: ClassifierTables) -> ShellState:
+    rules = path_rules(tables)
+    return ShellState(
+        rules=rules,
+        trusted=tuple(tables.trusted_hosts),
+        read_templates=_templates(tuple(tables.read_command_templates)),
+        exec_templates=_templates(tuple(tables.exec_command_templates)),
+        cwd=normalise(cwd, None, rules.home) if cwd else None,
+        nested=_nested,
+    )
+
+
+def command_findings(
+    command: str | list[str], cwd: str | None, shell: str | None, tables: ClassifierTables
+) -> list[Finding]:
+    """Findings for a shell command (a string for a shell, or an argv list run directly)."""
+    state = new_state(cwd, tables)
+    if isinstance(command, list):
+        commands.analyse_argv([Word.of(w) for w in command], state)
+        return state.findings
+    shell_name = posixpath.basename(shell) if shell else None
+    if shell_name is not None and shell_name not in _POSIX_SHELLS:
+        state.add(
+            finding(
+                "shell.unsupported_shell",
+                f"The command runs under `{shell}`, whose syntax the analyser does not parse; "
+                "it fails closed (exec, high).",
+                RiskClass.EXEC,
+                Severity.HIGH,
+                fail_closed=True,
+            )
+        )
+        return state.findings
+    if not command.strip():
+        state.add(
+            finding(
+                "shell.empty",
+                "The command is empty; there is nothing to analyse, so it fails closed "
+                "(exec, high).",
+                RiskClass.EXEC,
+                Severity.HIGH,
+                fail_closed=True,
+            )
+        )
+        return state.findings
+    analyse_source(command, "The command", state)
+    return state.findings
