@@ -1,0 +1,127 @@
+"""What every command shares: finding NATS, talking to the API, printing and errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import nats
+import typer
+from nats.aio.client import Client as NATS
+from nats.errors import NoRespondersError, TimeoutError as NatsTimeoutError
+from pydantic import BaseModel, ValidationError
+from rich.console import Console
+
+from workflow.errors import ConfigError, ConnectError, HeadgateError
+from workflow.messages import ApiError
+from workflow.service.app import URL_FILE
+from workflow.subjects import Subjects
+
+console = Console()
+err_console = Console(stderr=True)
+
+M = TypeVar("M", bound=BaseModel)
+
+DataDir = Annotated[
+    Path,
+    typer.Option(
+        "--data-dir", envvar="HEADGATE_DATA_DIR", help="Where serve keeps its state.",
+        show_default=True,
+    ),
+]  # fmt: skip
+NatsUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--nats-url", envvar="HEADGATE_NATS_URL",
+        help="NATS server URL(s), comma-separated. Default: the one `headgate serve` recorded "
+        "in the data dir.",
+    ),
+]  # fmt: skip
+Prefix = Annotated[
+    str, typer.Option("--prefix", envvar="HEADGATE_PREFIX", help="Subject prefix.")
+]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+DEFAULT_DATA_DIR = Path(".headgate")
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def resolve_url(nats_url: str | None, data_dir: Path) -> str:
+    if nats_url:
+        return nats_url
+    recorded = data_dir / URL_FILE
+    if recorded.exists():
+        return recorded.read_text().strip()
+    raise ConfigError(
+        f"no NATS URL: pass --nats-url, set HEADGATE_NATS_URL, or run this in the directory "
+        f"where `headgate serve` runs (it records its URL in {recorded})."
+    )
+
+
+@asynccontextmanager
+async def connected(nats_url: str | None, data_dir: Path) -> AsyncIterator[NATS]:
+    url = resolve_url(nats_url, data_dir)
+    try:
+        nc = await nats.connect(
+            servers=url.split(","), connect_timeout=3, max_reconnect_attempts=2,
+            allow_reconnect=False,
+            user=os.environ.get("HEADGATE_NATS_USER"),
+            password=os.environ.get("HEADGATE_NATS_PASSWORD"),
+            user_credentials=os.environ.get("HEADGATE_NATS_CREDS"),
+        )  # fmt: skip
+    except Exception as exc:
+        raise ConnectError(
+            f"cannot reach NATS at {url} ({exc or type(exc).__name__}); is `headgate serve` "
+            "running?"
+        ) from exc
+    try:
+        yield nc
+    finally:
+        await nc.drain()
+
+
+async def api_call(
+    nc: NATS, subjects: Subjects, name: str, body: BaseModel, reply: type[M], timeout: float = 5.0
+) -> M:
+    try:
+        msg = await nc.request(subjects.api(name), body.model_dump_json().encode(), timeout=timeout)
+    except NoRespondersError as exc:
+        raise ConnectError(
+            "no Headgate service answers on this NATS server (is `headgate serve` running, "
+            "with the same --prefix?)"
+        ) from exc
+    except NatsTimeoutError as exc:
+        raise ConnectError(f"the Headgate service did not answer within {timeout:.0f}s") from exc
+    data = json.loads(msg.data)
+    if isinstance(data, dict) and set(data) == {"error"}:
+        raise HeadgateError(ApiError.model_validate(data).error)
+    return reply.model_validate(data)
+
+
+def print_json(value: Any) -> None:
+    if isinstance(value, BaseModel):
+        sys.stdout.write(value.model_dump_json(indent=2) + "\n")
+    else:
+        sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+
+
+def parse_json_option(text: str, option: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{option} is not valid JSON: {exc.msg} at column {exc.colno}") from exc
+
+
+def describe(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or '(value)'}: {e['msg']}" for e in exc.errors()[:5]
+    )

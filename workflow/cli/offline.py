@@ -1,0 +1,233 @@
+"""Commands that need no NATS: classify, schemas, keys, audit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.table import Table
+
+from workflow.classify.engine import classify as classify_proposal
+from workflow.classify.tables import DEFAULT_TABLES, ClassifierTables
+from workflow.cli.common import DEFAULT_DATA_DIR, DataDir, JsonOut, console, describe, print_json
+from workflow.errors import ConfigError
+from workflow.messages import Classification, Proposal
+from workflow.policy.model import load_policy
+from workflow.schemas import write_schemas
+from workflow.service.app import Settings
+from workflow.signing import ApproverKey
+from workflow.store.repo import Store
+
+PolicyOpt = Annotated[
+    Path | None, typer.Option("--policy", envvar="HEADGATE_POLICY", help="Policy file (TOML).")
+]
+
+
+def _tables(policy: Path | None) -> ClassifierTables:
+    return load_policy(policy).classifier_tables() if policy else DEFAULT_TABLES
+
+
+def classify(
+    policy: PolicyOpt = None,
+    explain: Annotated[
+        bool, typer.Option("--explain", help="Print a readable table instead of JSON Lines.")
+    ] = False,
+) -> None:
+    """Classify proposals read as JSON Lines on stdin; one classification per line on stdout.
+
+    `id` and `agent` may be omitted. A bad line gives a JSON error line for that line and the
+    exit status is 1 at the end.
+    """
+    tables = _tables(policy)
+    errors = 0
+    for number, line in enumerate(sys.stdin, start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            if not isinstance(data, dict):
+                raise ValueError("a line must be a JSON object")
+            proposal = Proposal.model_validate({"id": "offline", "agent": "offline", **data})
+        except json.JSONDecodeError as exc:
+            errors += 1
+            _emit_error(number, f"not valid JSON: {exc.msg} at column {exc.colno}", explain)
+            continue
+        except ValidationError as exc:
+            errors += 1
+            _emit_error(number, f"invalid proposal: {describe(exc)}", explain)
+            continue
+        except ValueError as exc:
+            errors += 1
+            _emit_error(number, str(exc), explain)
+            continue
+        result = classify_proposal(proposal, tables)
+        if explain:
+            _explain(number, proposal, result)
+        else:
+            sys.stdout.write(
+                json.dumps({"line": number, "tool": proposal.tool,
+                            **result.model_dump(mode="json")}) + "\n"
+            )  # fmt: skip
+    sys.stdout.flush()
+    if errors:
+        raise typer.Exit(1)
+
+
+def _emit_error(number: int, message: str, explain: bool) -> None:
+    if explain:
+        console.print(f"[red]line {number}:[/] {message}")
+    else:
+        sys.stdout.write(json.dumps({"line": number, "error": message}) + "\n")
+
+
+def _explain(number: int, proposal: Proposal, result: Classification) -> None:
+    title = (
+        f"line {number}: {proposal.tool} → {result.risk_class} ({result.severity})"
+        + (f" [{', '.join(result.categories)}]" if result.categories else "")
+        + (" fail-closed" if result.fail_closed else "")
+    )
+    table = Table(title=title, title_justify="left", show_lines=False)
+    table.add_column("rule")
+    table.add_column("class")
+    table.add_column("severity")
+    table.add_column("reason", overflow="fold")
+    for r in result.reasons:
+        table.add_row(r.rule, r.risk_class or "", r.severity or "", r.message)
+    console.print(table)
+
+
+def schemas(
+    out: Annotated[Path, typer.Option("--out", help="Directory to write.")] = Path("schemas"),
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 if the files differ from the models.")
+    ] = False,
+) -> None:
+    """Write the JSON Schema of every wire message (and an AsyncAPI document)."""
+    changed = write_schemas(out, check=check)
+    if check:
+        if changed:
+            console.print(f"[red]out of date:[/] {', '.join(changed)}; run `headgate schemas`")
+            raise typer.Exit(1)
+        console.print("schemas are up to date")
+    else:
+        console.print(f"wrote {out} ({len(changed)} changed)")
+
+
+keys_app = typer.Typer(help="Approver keys (Ed25519, NATS nkeys format).", no_args_is_help=True)
+
+
+@keys_app.command("new")
+def keys_new(
+    name: Annotated[str, typer.Argument(help="Approver name, e.g. alice.")],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Seed file to write (default NAME.seed).")
+    ] = None,
+) -> None:
+    """Create an approver key: writes the seed (mode 0600) and prints the public key."""
+    path = out or Path(f"{name}.seed")
+    if path.exists():
+        raise ConfigError(f"{path} exists; refusing to overwrite a key")
+    key = ApproverKey.generate()
+    key.write(path)
+    console.print(f"wrote {path} (keep it secret; mode 0600)")
+    console.print(f"public key: [bold]{key.public_key}[/]")
+    console.print("register it in the policy file:\n")
+    console.print(f'[approvers.{name}]\nkey = "{key.public_key}"\nroles = ["approver"]\n'
+                  'workspaces = ["*"]', highlight=False, markup=False)  # fmt: skip
+
+
+audit_app = typer.Typer(help="The tamper-evident audit log.", no_args_is_help=True)
+
+DbOpt = Annotated[
+    str | None,
+    typer.Option("--database-url", envvar="HEADGATE_DATABASE_URL",
+                 help="Default: the SQLite database in the data dir."),
+]  # fmt: skip
+
+
+def _db_url(database_url: str | None, data_dir: Path) -> str:
+    url = Settings(data_dir=data_dir, database_url=database_url).db_url
+    if url.startswith("sqlite") and not (data_dir / "headgate.db").exists() and not database_url:
+        raise ConfigError(f"no database at {data_dir / 'headgate.db'}; pass --data-dir or "
+                          "--database-url")  # fmt: skip
+    return url
+
+
+@audit_app.command("verify")
+def audit_verify(
+    data_dir: DataDir = DEFAULT_DATA_DIR, database_url: DbOpt = None, json_out: JsonOut = False
+) -> None:
+    """Check the hash chain; report the first broken record. Exit 1 when broken."""
+
+    async def run() -> Any:
+        store = await Store.open(_db_url(database_url, data_dir))
+        try:
+            return await store.verify_audit()
+        finally:
+            await store.close()
+
+    result = asyncio.run(run())
+    if json_out:
+        print_json({"ok": result.ok, "checked": result.checked,
+                    "first_bad_seq": result.first_bad_seq, "problem": result.problem})  # fmt: skip
+    elif result.ok:
+        console.print(f"[green]audit chain intact[/]: {result.checked} records verified")
+    else:
+        console.print(f"[red]audit chain broken[/] at record {result.first_bad_seq}: "
+                      f"{result.problem} ({result.checked} records before it verified)")  # fmt: skip
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+@audit_app.command("tail")
+def audit_tail(
+    lines: Annotated[int, typer.Option("-n", "--lines", min=1)] = 20,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new records.")] = False,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+    database_url: DbOpt = None,
+    json_out: JsonOut = False,
+) -> None:
+    """Show the newest audit records, readably (or as JSON Lines)."""
+
+    async def run() -> None:
+        store = await Store.open(_db_url(database_url, data_dir))
+        try:
+            rows = await store.audit_rows()
+            rows = rows[-lines:]
+            last = rows[-1].seq if rows else 0
+            _print_audit(rows, json_out)
+            while follow:
+                await asyncio.sleep(1.0)
+                new = await store.audit_rows(after_seq=last)
+                if new:
+                    _print_audit(new, json_out)
+                    last = new[-1].seq
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass
+
+
+def _print_audit(rows: list[Any], json_out: bool) -> None:
+    for r in rows:
+        if json_out:
+            sys.stdout.write(json.dumps({**r.model_dump(), "data": json.loads(r.data)}) + "\n")
+            continue
+        data = json.loads(r.data)
+        what = data.get("message") or data.get("reason") or ""
+        if r.kind == "proposal":
+            v, c = data["verdict"], data["classification"]
+            what = f"{data['proposal']['tool']}: {c['risk_class']} ({c['severity']}) → {v['decision']}"
+        console.print(
+            f"{r.seq:>6} {r.at[:19]} {r.kind:<18} {r.actor:<16} "
+            f"{r.proposal_id or r.request_id or '':<28} {what}", highlight=False, markup=False,
+        )  # fmt: skip
+    sys.stdout.flush()

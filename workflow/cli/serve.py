@@ -1,0 +1,64 @@
+"""`headgate serve`."""
+
+from __future__ import annotations
+
+import asyncio
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from workflow.cli.common import DEFAULT_DATA_DIR, DataDir, NatsUrl, Prefix
+from workflow.cli.logs import setup_logging
+from workflow.service.app import Service, Settings
+
+
+class LogFormat(StrEnum):
+    console = "console"
+    json = "json"
+
+
+def serve(
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url", envvar="HEADGATE_DATABASE_URL",
+            help="sqlite+aiosqlite:///PATH or postgresql+asyncpg://USER@HOST/DB. "
+            "Default: SQLite in the data dir.",
+        ),
+    ] = None,
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            "--policy", envvar="HEADGATE_POLICY",
+            help="Policy file (TOML). Default: the built-in policy, trusting a local approver "
+            "key kept in the data dir.",
+        ),
+    ] = None,
+    default_ttl: Annotated[
+        int, typer.Option("--default-ttl", min=1, help="Seconds a held request waits for approval.")
+    ] = 3600,
+    prefix: Prefix = "headgate",
+    replicas: Annotated[
+        int, typer.Option("--replicas", envvar="HEADGATE_STREAM_REPLICAS", min=1, max=5,
+                          help="JetStream replicas per stream (3 on a 3-node cluster).")
+    ] = 1,
+    log_format: Annotated[LogFormat, typer.Option("--log-format")] = LogFormat.console,
+    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+) -> None:  # fmt: skip
+    """Run the gateway. Without --nats-url it starts an embedded nats-server with JetStream."""
+    setup_logging(log_format.value, log_level)
+    settings = Settings(
+        data_dir=data_dir, nats_url=nats_url, database_url=database_url, policy_path=policy,
+        default_ttl=default_ttl, prefix=prefix, replicas=replicas,
+    )  # fmt: skip
+
+    async def main() -> None:
+        service = Service(settings)
+        service.install_signal_handlers()
+        await service.run()
+
+    asyncio.run(main())
