@@ -96,7 +96,7 @@ def strictest(a: ApprovalRequirement, b: ApprovalRequirement) -> ApprovalRequire
     if roles is None:
         return None
     return ApprovalRequirement(
-        quorum=min(a.quorum, b.quorum),
+        quorum=max(a.quorum, b.quorum),
         roles=roles,
         four_eyes=a.four_eyes or b.four_eyes,
         ttl_seconds=min(a.ttl_seconds, b.ttl_seconds),
