@@ -111,8 +111,9 @@ def analyse_argv(
     if wrapped is not None:
         return wrapped(name, args, st, stdin_text)
     if name in SHELLS or name in INTERPRETERS or name in ("eval", "source", "."):
-        traits = _interpreter(name, args, st, stdin_text)
-        _base(Base.EXEC, words, st, args)
+        traits, analysed = _interpreter(name, args, st, stdin_text)
+        if not analysed:
+            _base(Base.EXEC, words, st, [])
         return traits
     if name in ("cd", "pushd") and args:
         target = args[-1]
@@ -221,42 +222,48 @@ def _flag_value(args: list[Word], flags: tuple[str, ...]) -> Word | None:
 
 def _interpreter(
     name: str, args: list[Word], st: ShellState, stdin_text: str | None
-) -> frozenset[str]:
-    label = f"`{name}`"
+) -> tuple[frozenset[str], bool]:
+    """Traits, and whether the code it runs was analysed (then it adds no exec of its own)."""
     if any(a.traits & {FETCH, DECODE} for a in args):
         st.add(rules.runs_download(f"{name} {shown(args)}"))
-    if name in ("eval", "source", "."):
-        if name == "eval":
-            joined = Word(
-                " ".join(a.value for a in args if a.value is not None)
-                if all(a.value is not None for a in args) else None, "",
-                frozenset().union(*(a.traits for a in args)) if args else frozenset())
-            return _nested(joined, "The `eval` text", st)
+    if name == "eval":
+        static = all(a.value is not None for a in args)
+        joined = Word(
+            " ".join(a.text for a in args) if static else None,
+            "",
+            frozenset().union(*(a.traits for a in args)) if args else frozenset(),
+        )
+        return _nested(joined, "The `eval` text", st), joined.value is not None
+    if name in ("source", "."):
         target = args[0].text if args else "/dev/stdin"
         if target in ("/dev/stdin", "-", "/proc/self/fd/0"):
-            return frozenset({INTERP})
-        return frozenset()
-    if name in SHELLS:
-        code = _flag_value(args, ("-c",))
-        if code is not None:
-            return _nested(code, f"The `{name} -c` text", st)
-    else:
-        code = _flag_value(args, ("-c", "-e", "-E", "--eval", "-p", "--print", "-r"))
-        if code is not None:
-            st.add(rules.inline_code(name, code))
-            return frozenset()
-        if args and args[0].value == "-m" and len(args) > 1:
-            return ruleset.python_module(args[1].text, args[2:], st)
+            return frozenset({INTERP}), False
+        _script(name, target, st)
+        return frozenset(), False
+    code = _flag_value(args, ("-c",) if name in SHELLS else _CODE_FLAGS)
+    if code is not None and name in SHELLS:
+        return _nested(code, f"The `{name} -c` text", st), code.value is not None
+    if code is not None:
+        st.add(rules.inline_code(name, code))
+        return frozenset(), False
+    if name not in SHELLS and args and args[0].value == "-m" and len(args) > 1:
+        return ruleset.python_module(args[1].text, args[2:], st), False
     positional = [a for a in args if not a.text.startswith("-") or a.text == "-"]
     if positional and positional[0].text not in ("-", "/dev/stdin"):
-        script = positional[0].text
-        st.add(*check_path(script, st.cwd, st.rules, Access.WRITE, f"{label} running a script"))
-        if normalise(script, st.cwd, st.rules.home) in st.downloaded:
-            st.add(rules.runs_download(f"{name} {script}"))
-        return frozenset()
+        _script(name, positional[0].text, st)
+        return frozenset(), False
     if stdin_text is not None and name in SHELLS:
-        return _nested(Word.of(stdin_text), f"The script fed to `{name}`", st)
-    return frozenset({INTERP})
+        return _nested(Word.of(stdin_text), f"The script fed to `{name}`", st), True
+    return frozenset({INTERP}), False
+
+
+_CODE_FLAGS = ("-c", "-e", "-E", "--eval", "-p", "--print", "-r")
+
+
+def _script(name: str, script: str, st: ShellState) -> None:
+    st.add(*check_path(script, st.cwd, st.rules, Access.WRITE, f"`{name}` running a script"))
+    if normalise(script, st.cwd, st.rules.home) in st.downloaded:
+        st.add(rules.runs_download(f"{name} {script}"))
 
 
 # --------------------------------------------------------------------------- wrappers

@@ -198,8 +198,10 @@ def _sql_client(name: str, args: list[Word], st: ShellState, stdin_text: str | N
             texts.append(v.split("=", 1)[1])
         elif v.startswith(("-c", "-e")) and len(v) > 2 and " " in v:
             texts.append(v[2:])
-    if name in ("sqlite3", "duckdb", "redis-cli"):
+    if name in ("sqlite3", "duckdb"):
         texts.extend(w.text for w in _positional(args)[1:])
+    elif name == "redis-cli":
+        texts.append(" ".join(w.text for w in _positional(args)))
     for text in texts:
         st.add(*sql_findings(name, text))
         if name == "redis-cli" and re.search(r"(?i)\bFLUSH(ALL|DB)\b", text):
@@ -208,4 +210,4 @@ def _sql_client(name: str, args: list[Word], st: ShellState, stdin_text: str | N
         if re.search(r"dropDatabase|\.drop\(\)|deleteMany\(\{\}\)", text):
             st.add(finding("shell.mongo_drop", f"`{name}` drops a collection or database "
                            "(destructive, critical).", DE, CRIT, D))
-    return ("exec", frozenset(), [])
+    return ("exec", frozenset(), _positional(args)[:1] if name in ("sqlite3", "duckdb") else [])

@@ -266,7 +266,7 @@ def _secret(rule: str, text: str) -> Rule:
     def apply(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
         st.add(finding(rule, f"`{shown([Word.of(name), *args])}` {text} (secret_access, "
                        "critical).", EG, CRIT, S))
-        return EXEC
+        return ("wrapped", frozenset(), [])
 
     return apply
 
@@ -286,13 +286,13 @@ def _env_like(name: str, args: list[Word], st: ShellState, stdin_text: str | Non
     ):
         return ("read", frozenset(), [])
     st.add(env_dump(shown([Word.of(name), *args])))
-    return ("exec", frozenset(), [])
+    return ("wrapped", frozenset(), [])
 
 
 def _history(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
     st.add(finding("shell.history", "`history` prints past commands, which often contain "
                    "typed passwords and tokens (secret_access, high).", EG, HIGH, S))
-    return ("exec", frozenset(), [])
+    return ("wrapped", frozenset(), [])
 
 
 def _decoder(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:

@@ -19,6 +19,7 @@ from tree_sitter import Language, Node, Parser, Tree
 
 from workflow.classify import commands
 from workflow.classify.findings import Finding, finding
+from workflow.classify.rules import env_dump
 from workflow.classify.shellstate import (
     DECODE,
     DYNAMIC,
@@ -183,6 +184,8 @@ class Walker:
             return self.redirected(node)
         if t == "variable_assignment":
             return self.assignment(node)
+        if t == "declaration_command":
+            return self.declaration(node)
         if t in ("word", "string", "raw_string", "concatenation", "simple_expansion",
                  "expansion", "command_substitution", "process_substitution"):
             return self.word(node).traits
@@ -230,8 +233,10 @@ class Walker:
         stages = [c for c in node.named_children if c.type != "comment"]
         upstream: set[str] = set()
         result: set[str] = set()
+        fed: str | None = None
         for stage in stages:
-            traits = self.walk(stage)
+            traits = self.walk(stage, fed)
+            fed = self._echoed(stage)
             if INTERP in traits and upstream & {FETCH, DECODE}:
                 what = "downloads" if FETCH in upstream else "decodes"
                 cats = "network, critical" if FETCH in upstream else "critical"
@@ -248,6 +253,32 @@ class Walker:
             upstream |= traits
             result |= traits
         return frozenset(result)
+
+    def _echoed(self, node: Node) -> str | None:
+        """The static text an `echo`/`printf '%s'` stage writes, so `echo '…' | sh` is analysed."""
+        if node.type != "command":
+            return None
+        name = node.child_by_field_name("name")
+        if name is None or _text(name) not in ("echo", "printf"):
+            return None
+        args = [c for c in node.named_children if c.type != "command_name"]
+        if any(c.type not in ("word", "raw_string", "string") for c in args):
+            return None
+        words = [self.word(c) for c in args]
+        if any(w.value is None for w in words):
+            return None
+        values = [w.text for w in words if w.text not in ("-n", "-e", "-E")]
+        if _text(name) == "printf" and values[:1] == ["%s\\n"]:
+            values = values[1:]
+        return " ".join(values)
+
+    def declaration(self, node: Node) -> frozenset[str]:
+        """`export`/`declare`/`local`...: assignments are checked; a bare listing dumps the
+        environment."""
+        named = node.named_children
+        if named and all(c.type == "word" and _text(c).startswith("-") for c in named):
+            self.st.add(env_dump(_text(node)))
+        return self.walk_children(node)
 
     def redirected(self, node: Node) -> frozenset[str]:
         body = node.child_by_field_name("body")
@@ -278,7 +309,7 @@ class Walker:
         dest_nodes = [c for c in node.named_children if c.type != "file_descriptor"]
         if not dest_nodes:
             return None
-        dest = self.word(dest_nodes[-1])
+        dest = self.word(dest_nodes[0])
         if (op in (">&", "<&", ">&-", "<&-") and dest.text.isdigit()) or dest.text == "-":
             return None
         self._redirect_target(op, dest)

@@ -122,8 +122,10 @@ DEFAULT_PROTECTED_READ: tuple[str, ...] = (
     "**/*.tfstate",
     # cloud credentials
     "~/.aws/**",
-    "~/.config/gcloud/**",
-    "~/.azure/**",
+    "**/.aws/credentials",
+    "**/.aws/config",
+    "**/.config/gcloud/**",
+    "**/.azure/**",
     "~/.kube/config",
     "**/.kube/config",
     "~/.config/gh/hosts.yml",
