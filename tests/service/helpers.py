@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import nats
 from nats.aio.client import Client as NATS
@@ -20,6 +20,9 @@ from workflow.messages import ApprovalDecision, DecisionVerdict
 from workflow.service.app import Service, Settings, local_approver
 from workflow.signing import ApproverKey
 from workflow.subjects import Subjects
+
+
+T = TypeVar("T")
 
 
 def unique_prefix() -> str:
@@ -100,6 +103,20 @@ async def send_decision(nc: NATS, subjects: Subjects, d: ApprovalDecision) -> No
     )  # fmt: skip
 
 
+async def wait_until(
+    probe: Callable[[], Awaitable[T]], done: Callable[[T], bool], timeout: float = 10.0
+) -> T:
+    """Poll an async probe until `done` holds (for state not announced by an event)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = await probe()
+        if done(value):
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s; last value {value!r}")
+        await asyncio.sleep(0.05)
+
+
 @dataclass
 class Harness:
     service: Service
@@ -108,6 +125,34 @@ class Harness:
     subjects: Subjects
     key: ApproverKey
     data_dir: Path
+
+    async def service_history(self, ident: str) -> dict[str, Any]:
+        msg = await self.nc.request(
+            self.subjects.api("get"), json.dumps({"id": ident}).encode(), timeout=5
+        )
+        return json.loads(msg.data)  # type: ignore[no-any-return]
+
+    async def audit_kinds(self) -> list[str]:
+        assert self.service.ctx is not None
+        return [r.kind for r in await self.service.ctx.store.audit_rows()]
+
+    async def stream_events(self, subject: str, proposal_id: str) -> list[dict[str, Any]]:
+        """Every message stored in JetStream on `subject` for one proposal."""
+        js = self.nc.jetstream()
+        sub = await js.subscribe(subject, ordered_consumer=True)
+        found: list[dict[str, Any]] = []
+        try:
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=0.5)
+                except Exception:
+                    break
+                body = json.loads(msg.data)
+                if body.get("proposal_id") == proposal_id:
+                    found.append(body)
+        finally:
+            await sub.unsubscribe()
+        return found
 
 
 @asynccontextmanager

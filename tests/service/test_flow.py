@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
+from typing import Any
 
-from tests.service.helpers import decision, propose, running_service, send_decision
+import pytest
+
+from tests.service.helpers import (
+    decision,
+    propose,
+    running_service,
+    send_decision,
+    unique_prefix,
+    wait_until,
+)
 
 
 async def test_read_is_released_at_once(nats_url: str, tmp_path: Path) -> None:
@@ -29,3 +41,164 @@ async def test_write_file_is_held_then_released_once_after_approval(
         (released,) = await h.observer.wait_for("released", pid)
         assert len(released["approvals"]) == 1
         assert released["request_id"] == item["request_id"]
+
+
+async def test_reject_blocks_the_call_as_rejected(nats_url: str, tmp_path: Path) -> None:
+    async with running_service(nats_url, tmp_path) as h:
+        pid = await propose(h.nc, h.subjects, tool="write_file", arguments={"path": "a.txt"})
+        (item,) = await h.observer.wait_for("inbox", pid)
+        d = decision(h.key, item["request_id"], item["proposal_digest"], "reject",
+                     reason="not this file")  # fmt: skip
+        await send_decision(h.nc, h.subjects, d)
+        (blocked,) = await h.observer.wait_for("blocked", pid)
+        assert blocked["outcome"] == "rejected"
+        assert "not this file" in blocked["reason"]
+        assert h.observer.of("released", pid) == []
+
+
+async def test_destructive_call_is_denied_with_the_reason(nats_url: str, tmp_path: Path) -> None:
+    async with running_service(nats_url, tmp_path) as h:
+        pid = await propose(h.nc, h.subjects, tool="delete_file", arguments={"path": "a.txt"})
+        (blocked,) = await h.observer.wait_for("blocked", pid)
+        assert blocked["outcome"] == "denied"
+        assert "destructive" in blocked["reason"]
+        assert h.observer.of("inbox", pid) == []
+
+
+async def test_held_request_expires_when_its_ttl_passes(nats_url: str, tmp_path: Path) -> None:
+    async with running_service(nats_url, tmp_path, default_ttl=1, sweep_interval=0.2) as h:
+        pid = await propose(h.nc, h.subjects, tool="write_file", arguments={"path": "a.txt"})
+        await h.observer.wait_for("inbox", pid)
+        (blocked,) = await h.observer.wait_for("blocked", pid, timeout=5)
+        assert blocked["outcome"] == "expired"
+        assert "expired" in blocked["reason"]
+
+
+async def test_request_expires_even_when_the_service_was_down_at_expiry(
+    nats_url: str, tmp_path: Path
+) -> None:
+    prefix = unique_prefix()
+    async with running_service(nats_url, tmp_path, prefix=prefix, default_ttl=1) as h:
+        pid = await propose(h.nc, h.subjects, tool="write_file", arguments={"path": "a.txt"})
+        await h.observer.wait_for("inbox", pid)
+    await asyncio.sleep(1.5)  # the TTL passes while nothing runs
+    async with running_service(nats_url, tmp_path, prefix=prefix, sweep_interval=0.2) as h:
+        history = await h.service_history(pid)
+        if history["status"] != "expired":
+            (blocked,) = await h.observer.wait_for("blocked", pid, timeout=5)
+            assert blocked["outcome"] == "expired"
+        assert (await h.service_history(pid))["status"] == "expired"
+
+
+async def test_the_same_proposal_published_twice_has_one_outcome(
+    nats_url: str, tmp_path: Path
+) -> None:
+    async with running_service(nats_url, tmp_path) as h:
+        pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
+        await h.observer.wait_for("released", pid)
+        # The server drops the second publish (same Nats-Msg-Id); a publish without the header
+        # reaches the service, which recognises the proposal id and re-emits the same event.
+        await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"}, pid=pid)
+        await h.nc.jetstream().publish(
+            h.subjects.proposals("agent-1"),
+            json.dumps({"id": pid, "agent": "agent-1", "tool": "read_file",
+                        "arguments": {"path": "a"}}).encode(),
+        )  # fmt: skip
+        marker = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "b"})
+        await h.observer.wait_for("released", marker)
+        released = await h.stream_events(h.subjects.released("agent-1"), pid)
+        assert len(released) == 1
+        assert (await h.service_history(pid))["status"] == "released"
+
+
+async def test_a_reused_id_with_different_content_is_dead_lettered(
+    nats_url: str, tmp_path: Path
+) -> None:
+    async with running_service(nats_url, tmp_path) as h:
+        pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
+        await h.observer.wait_for("released", pid)
+        await h.nc.jetstream().publish(
+            h.subjects.proposals("agent-1"),
+            json.dumps({"id": pid, "agent": "agent-1", "tool": "write_file",
+                        "arguments": {"path": "a"}}).encode(),
+        )  # fmt: skip
+        (dead,) = await h.observer.wait_for("dead")
+        assert "already used for a different proposal" in dead["error"]
+        assert h.observer.of("inbox", pid) == []
+
+
+async def test_pending_requests_survive_a_restart_and_can_be_approved(
+    nats_url: str, tmp_path: Path
+) -> None:
+    prefix = unique_prefix()
+    async with running_service(nats_url, tmp_path, prefix=prefix) as h:
+        pid = await propose(h.nc, h.subjects, tool="write_file", arguments={"path": "a.txt"})
+        (item,) = await h.observer.wait_for("inbox", pid)
+    async with running_service(nats_url, tmp_path, prefix=prefix) as h:
+        assert (await h.service_history(pid))["status"] == "pending"
+        await send_decision(
+            h.nc, h.subjects, decision(h.key, item["request_id"], item["proposal_digest"])
+        )
+        (released,) = await h.observer.wait_for("released", pid)
+        assert released["proposal_id"] == pid
+
+
+@pytest.mark.parametrize(
+    ("payload", "error"),
+    [
+        (b"{not json", "invalid proposal"),
+        (b'{"id": "x1", "agent": "agent-1", "arguments": {}}', "tool: Field required"),
+        (b'{"id": "x2", "agent": "agent-1", "tool": "read_file", "colour": 1}',
+         "colour: Extra inputs are not permitted"),
+        (b'{"id": "x3", "agent": "someone-else", "tool": "read_file"}',
+         "an agent may only propose as itself"),
+    ],
+)  # fmt: skip
+async def test_bad_proposals_go_to_the_dead_letter_subject_with_the_error(
+    nats_url: str, tmp_path: Path, payload: bytes, error: str
+) -> None:
+    async with running_service(nats_url, tmp_path) as h:
+        await h.nc.jetstream().publish(h.subjects.proposals("agent-1"), payload)
+        (dead,) = await h.observer.wait_for("dead")
+        assert error in dead["error"]
+        assert dead["payload"] == payload.decode()
+        # The service keeps running: a good proposal still goes through.
+        pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
+        await h.observer.wait_for("released", pid)
+
+
+async def test_a_decision_for_an_unknown_request_is_refused_and_recorded(
+    nats_url: str, tmp_path: Path
+) -> None:
+    async with running_service(nats_url, tmp_path) as h:
+        d = decision(h.key, "rq_doesnotexist", "0" * 64)
+        await send_decision(h.nc, h.subjects, d)
+        pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
+        await h.observer.wait_for("released", pid)
+        await wait_until(lambda: h.audit_kinds(), lambda kinds: "decision.refused" in kinds)
+        rows = await h.service.ctx.store.audit_rows()  # type: ignore[union-attr]
+        refused = [r for r in rows if r.kind == "decision.refused"]
+        assert "There is no approval request rq_doesnotexist" in refused[0].data
+
+
+async def test_a_message_is_not_acked_until_its_effects_are_committed(
+    nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running_service(nats_url, tmp_path) as h:
+        store = h.service.ctx.store  # type: ignore[union-attr]
+        real = store.record_intake
+        calls = 0
+
+        async def failing_once(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise OSError("database is locked")
+            return await real(*args, **kwargs)
+
+        monkeypatch.setattr(store, "record_intake", failing_once)
+        pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
+        # The first attempt fails before commit: no event, no ack; redelivery succeeds.
+        (released,) = await h.observer.wait_for("released", pid, timeout=10)
+        assert calls == 2
+        assert released["proposal_id"] == pid
