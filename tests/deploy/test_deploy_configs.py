@@ -617,14 +617,21 @@ async def test_approver_reads_the_inbox_and_queries_the_service(
 
 
 async def test_wrong_password_is_refused(single_server: NatsProcess) -> None:
-    with pytest.raises(nats.errors.Error):
-        await nats.connect(
-            single_server.url,
-            user=AGENT,
-            password="guess",
-            allow_reconnect=False,
-            connect_timeout=2,
-        )
+    errors = Violations()
+    nc = Client()
+    try:
+        with pytest.raises(nats.errors.Error, match=r"(?i)authorization violation"):
+            await nc.connect(
+                single_server.url,
+                user=AGENT,
+                password="guess",
+                allow_reconnect=False,
+                connect_timeout=2,
+                error_cb=errors.record,
+            )
+    finally:
+        # nats-py leaves the socket of a refused connect open; close() releases it.
+        await nc.close()
 
 
 # ---------------------------------------------------------------------- compose
