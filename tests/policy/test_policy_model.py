@@ -334,3 +334,35 @@ def test_load_policy_reads_a_file(tmp_path: Path) -> None:
     path = tmp_path / "policy.toml"
     path.write_text('mode = "all_writes"\n')
     assert load_policy(path).mode == "all_writes"
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "policy.example.toml"
+
+
+def test_the_example_policy_loads_and_exercises_every_section() -> None:
+    p = load_policy(EXAMPLE)
+    assert p.mode == "default"
+    assert p.unknown_tool is Decision.REQUIRE_APPROVAL
+    assert p.default_ttl_seconds == 3600
+    assert p.class_decision(RiskClass.DESTRUCTIVE) is Decision.DENY
+    assert {"run_tests", "send_email", "main_db_query", "drop_branch"} <= set(p.tools)
+    assert p.workspaces["production"].mode == "all_writes"
+    assert "billing-db" in p.sources
+    assert set(p.approvers) == {"alice", "bob", "carol"}
+    tables = p.classifier_tables()
+    assert "*.internal.example.com" in tables.trusted_hosts
+    assert tables.overrides["create_ticket"].risk_class is RiskClass.EXTERNAL
+    assert tables.overrides["main_db_query"].risk_class is RiskClass.READ
+    assert set(tables.pinned) == {"main_db_query", "run_tests"}
+    text = EXAMPLE.read_text()
+    for section in (
+        "[approval]",
+        "[classes]",
+        "[tools.",
+        "[workspaces.",
+        "[sources.",
+        "[approvers.",
+        "[classifier]",
+        "[lock]",
+    ):
+        assert section in text
