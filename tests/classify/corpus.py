@@ -42,8 +42,11 @@ def load_cases(path: Path = CORPUS) -> list[Case]:
         if not line.strip():
             continue
         raw = json.loads(line)
-        body = {k: raw[k] for k in ("tool", "arguments", "context", "capability",
-                                    "tool_definition") if k in raw}
+        body = {
+            k: raw[k]
+            for k in ("tool", "arguments", "context", "capability", "tool_definition")
+            if k in raw
+        }
         cases.append(
             Case(
                 id=raw["id"],
@@ -70,9 +73,9 @@ def problems(case: Case, got: Classification) -> list[str]:
     return out
 
 
-def precision_recall(pairs: list[tuple[RiskClass, RiskClass]]) -> dict[RiskClass, tuple[
-    float, float, int
-]]:
+def precision_recall(
+    pairs: list[tuple[RiskClass, RiskClass]],
+) -> dict[RiskClass, tuple[float, float, int]]:
     """Per class: (precision, recall, support) over (expected, got) pairs."""
     tp: Counter[RiskClass] = Counter()
     predicted: Counter[RiskClass] = Counter()
