@@ -1,0 +1,206 @@
+"""Security cases over a real nats-server: each invalid decision releases nothing and is audited."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from tests.service.helpers import (
+    Harness,
+    decision,
+    propose,
+    running_service,
+    send_decision,
+    wait_until,
+)
+from workflow.messages import ApprovalDecision
+from workflow.signing import ApproverKey
+
+KEYS = {name: ApproverKey.generate() for name in ("alice", "bob", "dave", "carol", "mallory")}
+
+
+def policy_text(quorum: int = 1) -> str:
+    return f"""
+[approval]
+quorum = {quorum}
+
+[classes.write_local]
+decision = "require_approval"
+approval = {{ roles = ["approver"] }}
+
+[approvers.alice]
+key = "{KEYS["alice"].public_key}"
+roles = ["approver"]
+
+[approvers.bob]
+key = "{KEYS["bob"].public_key}"
+roles = ["approver"]
+
+[approvers.dave]
+key = "{KEYS["dave"].public_key}"
+roles = ["auditor"]
+
+[approvers.carol]
+key = "{KEYS["carol"].public_key}"
+roles = ["approver"]
+workspaces = ["elsewhere"]
+
+[approvers.mallory]
+key = "{KEYS["mallory"].public_key}"
+roles = ["approver"]
+agents = ["agent-1"]
+"""
+
+
+@asynccontextmanager
+async def guarded(nats_url: str, tmp_path: Path, quorum: int = 1, **kw: Any) -> AsyncIterator[Harness]:
+    path = tmp_path / "policy.toml"
+    path.write_text(policy_text(quorum))
+    async with running_service(nats_url, tmp_path, policy_path=path, **kw) as h:
+        yield h
+
+
+async def held_write(h: Harness) -> tuple[str, dict[str, Any]]:
+    pid = await propose(h.nc, h.subjects, tool="write_file", arguments={"path": "a.txt"})
+    (item,) = await h.observer.wait_for("inbox", pid)
+    return pid, item
+
+
+async def refused(h: Harness, nonce: str) -> str:
+    """Wait for the refusal of the decision with this nonce; return its audit message."""
+
+    async def rows() -> list[Any]:
+        assert h.service.ctx is not None
+        return [r for r in await h.service.ctx.store.audit_rows() if nonce in r.data]
+
+    found = await wait_until(rows, lambda rs: any(r.kind == "decision.refused" for r in rs))
+    return str(json.loads(found[-1].data)["message"])
+
+
+async def assert_not_released(h: Harness, pid: str) -> None:
+    assert h.observer.of("released", pid) == []
+    assert (await h.service_history(pid))["status"] == "pending"
+
+
+def forged(item: dict[str, Any]) -> ApprovalDecision:
+    good = decision(KEYS["alice"], item["request_id"], item["proposal_digest"])
+    return good.model_copy(update={"reason": "edited after signing"})
+
+
+@pytest.mark.parametrize(
+    ("make", "expect"),
+    [
+        (forged, "signature does not verify"),
+        (lambda i: decision(ApproverKey.generate(), i["request_id"], i["proposal_digest"]),
+         "not a registered approver"),
+        (lambda i: decision(KEYS["dave"], i["request_id"], i["proposal_digest"]),
+         "none of the required roles"),
+        (lambda i: decision(KEYS["carol"], i["request_id"], i["proposal_digest"]),
+         "may not approve for workspace"),
+        (lambda i: decision(KEYS["mallory"], i["request_id"], i["proposal_digest"]),
+         "cannot decide on its own proposal"),
+        (lambda i: decision(KEYS["alice"], i["request_id"], "0" * 64),
+         "different version of the proposal"),
+        (lambda i: decision(KEYS["alice"], i["request_id"], i["proposal_digest"],
+                            issued_at=datetime.now(UTC) - timedelta(hours=1)),
+         "outside the allowed clock skew"),
+    ],
+    ids=["forged", "unknown-key", "no-role", "other-workspace", "self-approval", "edited-proposal",
+         "stale"],
+)  # fmt: skip
+async def test_an_invalid_decision_releases_nothing_and_is_audited(
+    nats_url: str, tmp_path: Path, make: Any, expect: str
+) -> None:
+    async with guarded(nats_url, tmp_path) as h:
+        pid, item = await held_write(h)
+        bad = make(item)
+        await send_decision(h.nc, h.subjects, bad)
+        assert expect in await refused(h, bad.nonce)
+        await assert_not_released(h, pid)
+
+
+async def test_a_replayed_decision_does_not_count_twice(nats_url: str, tmp_path: Path) -> None:
+    async with guarded(nats_url, tmp_path, quorum=2) as h:
+        pid, item = await held_write(h)
+        first = decision(KEYS["alice"], item["request_id"], item["proposal_digest"])
+        await send_decision(h.nc, h.subjects, first)
+        await wait_until(lambda: h.service_history(pid), lambda hi: len(hi["approvals"]) == 1)
+        # The very same signed bytes again, under another message id: no second approval.
+        await h.nc.jetstream().publish(
+            h.subjects.decisions(item["request_id"]), first.model_dump_json().encode(),
+            headers={"Nats-Msg-Id": "replay-1"},
+        )  # fmt: skip
+        # The same nonce with a fresh signature over other content: refused as a replay.
+        again = decision(KEYS["alice"], item["request_id"], item["proposal_digest"],
+                         nonce=first.nonce, reason="second try")  # fmt: skip
+        await send_decision(h.nc, h.subjects, again.model_copy())
+        await h.nc.jetstream().publish(
+            h.subjects.decisions(item["request_id"]), again.model_dump_json().encode(),
+            headers={"Nats-Msg-Id": "replay-2"},
+        )  # fmt: skip
+        assert "already used" in await refused(h, first.nonce)
+        await assert_not_released(h, pid)
+        assert len((await h.service_history(pid))["approvals"]) == 1
+
+
+async def test_the_same_approver_twice_does_not_make_a_quorum_of_two(
+    nats_url: str, tmp_path: Path
+) -> None:
+    async with guarded(nats_url, tmp_path, quorum=2) as h:
+        pid, item = await held_write(h)
+        await send_decision(
+            h.nc, h.subjects, decision(KEYS["alice"], item["request_id"], item["proposal_digest"])
+        )
+        second = decision(KEYS["alice"], item["request_id"], item["proposal_digest"])
+        await send_decision(h.nc, h.subjects, second)
+        assert "already approved" in await refused(h, second.nonce)
+        await assert_not_released(h, pid)
+        third = decision(KEYS["bob"], item["request_id"], item["proposal_digest"])
+        await send_decision(h.nc, h.subjects, third)
+        (released,) = await h.observer.wait_for("released", pid)
+        assert sorted(a["approver"] for a in released["approvals"]) == ["alice", "bob"]
+
+
+async def test_a_decision_after_expiry_releases_nothing(nats_url: str, tmp_path: Path) -> None:
+    # A long sweep interval: the decision, not the sweeper, meets the expired request first.
+    async with guarded(nats_url, tmp_path, default_ttl=1, sweep_interval=60) as h:
+        path = tmp_path / "policy.toml"
+        path.write_text('default_ttl = "1s"\n' + policy_text())
+        assert await h.service.reload_policy("test")
+        pid, item = await held_write(h)
+        await asyncio.sleep(1.2)
+        late = decision(KEYS["alice"], item["request_id"], item["proposal_digest"])
+        await send_decision(h.nc, h.subjects, late)
+        (blocked,) = await h.observer.wait_for("blocked", pid)
+        assert blocked["outcome"] == "expired"
+        assert h.observer.of("released", pid) == []
+
+
+async def test_two_approvals_racing_from_two_connections_release_exactly_once(
+    nats_url: str, tmp_path: Path
+) -> None:
+    async with guarded(nats_url, tmp_path, quorum=1) as h:
+        pid, item = await held_write(h)
+        a = decision(KEYS["alice"], item["request_id"], item["proposal_digest"])
+        b = decision(KEYS["bob"], item["request_id"], item["proposal_digest"])
+        nc2 = await nats.connect(h.service.url)
+        try:
+            await asyncio.gather(
+                send_decision(h.nc, h.subjects, a), send_decision(nc2, h.subjects, b)
+            )
+        finally:
+            await nc2.drain()
+        await h.observer.wait_for("released", pid)
+        await wait_until(h.audit_kinds, lambda kinds: kinds.count("decision.refused") >= 1
+                         or kinds.count("decision.accepted") >= 2)  # fmt: skip
+        released = await h.stream_events(h.subjects.released("agent-1"), pid)
+        assert len(released) == 1
+        assert len(released[0]["approvals"]) == 1
