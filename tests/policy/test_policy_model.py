@@ -179,7 +179,13 @@ INVALID: list[tuple[str, str, str, int | None]] = [
         "already registered for the approver `a`",
         4,
     ),
-    ('[workspaces."bad name"]\nmode = "all_writes"\n', "workspaces.bad name", "not allowed", 1),
+    ('[workspaces."bad name"]\nmode = "all_writes"\n', 'workspaces."bad name"', "not allowed", 1),
+    (
+        '[tools."fs.write"]\nrisk_class = "exec"\nseverity = "hgh"\n',
+        'tools."fs.write".severity',
+        "(got 'hgh')",
+        3,
+    ),
 ]
 
 

@@ -44,7 +44,7 @@ from workflow.messages import (
 )
 from workflow.policy.durations import Duration
 from workflow.policy.requirement import ApprovalSpec, Role
-from workflow.policy.source import error_message, error_path, locate
+from workflow.policy.source import error_message, error_path, locate, render_key
 
 Token = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
 ToolName = Annotated[str, Field(min_length=1, max_length=200)]
@@ -436,6 +436,7 @@ class PolicyProblem:
     key: str
     message: str
     line: int | None = None
+    path: tuple[str, ...] = ()
 
     def render(self, source: str | None) -> str:
         where = ", ".join(
@@ -466,7 +467,9 @@ class PolicyValidationError(PolicyError):
         """The same problems with the file name and the line of each key."""
         return PolicyValidationError(
             [
-                PolicyProblem(p.key, p.message, p.line or locate(text, p.key.split(".")))
+                PolicyProblem(
+                    p.key, p.message, p.line or locate(text, p.path or p.key.split(".")), p.path
+                )
                 for p in self.problems
             ],
             source=source,
@@ -492,8 +495,9 @@ def load_policy_text(text: str, source: str = "<policy>") -> Policy:
     except ValidationError as exc:
         problems = [
             PolicyProblem(
-                key=".".join(error_path(err["loc"])) or "(top level)",
+                key=render_key(error_path(err["loc"])) or "(top level)",
                 message=error_message(Policy, err),
+                path=tuple(error_path(err["loc"])),
             )
             for err in exc.errors()
         ]

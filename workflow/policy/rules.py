@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from workflow.classify.taxonomy import RiskClass, Severity
 from workflow.messages import ApprovalRequirement, Decision
 from workflow.policy.requirement import ApprovalSpec
+from workflow.policy.source import render_key
 
 if TYPE_CHECKING:
     from workflow.policy.model import Layer, Policy, PolicyProblem, Rule
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 def _problem(key: list[str], message: str) -> PolicyProblem:
     from workflow.policy.model import PolicyProblem
 
-    return PolicyProblem(".".join(key), message)
+    return PolicyProblem(render_key(key), message, path=tuple(key))
 
 
 def policy_problems(policy: Policy) -> list[PolicyProblem]:

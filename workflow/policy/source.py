@@ -121,6 +121,11 @@ def key_lines(text: str) -> Iterator[tuple[int, list[str]]]:
         yield from ((number, p) for p in _inline_keys(line, end + 1, path))
 
 
+def render_key(parts: Sequence[str]) -> str:
+    """A key path as TOML would spell it: `tools."my.tool".pin`."""
+    return ".".join(p if _BARE.fullmatch(p) else '"' + p.replace('"', '\\"') + '"' for p in parts)
+
+
 def locate(text: str, key_path: Sequence[str]) -> int | None:
     """The line that defines `key_path`, or the closest enclosing key that a line defines."""
     want = [str(p) for p in key_path]
