@@ -3,7 +3,7 @@
 * every nats-server config passes ``nats-server -t``;
 * the 3-node cluster starts from ``deploy/nats/cluster/node-*.conf`` (ports rewritten to free
   ones, store dirs to temp dirs in a temp copy) and forms a JetStream meta group of 3 that
-  accepts a stream with ``num_replicas=3``;
+  accepts the service's streams (its own code) with ``num_replicas=3``;
 * the accounts config enforces least privilege on a server started from ``single.conf``: the
   refusals are asserted on the server's permissions-violation error, not on a missing delivery;
 * compose, Kubernetes, Dockerfile and systemd files parse and run ``headgate serve`` with the
@@ -34,9 +34,16 @@ import nats.errors
 import pytest
 import yaml
 from nats.aio.client import Client
-from nats.js.api import ConsumerConfig, RetentionPolicy, StreamConfig
+from nats.js.api import ConsumerConfig
 
 from workflow.service.embedded import find_nats_server
+from workflow.service.streams import (
+    ensure_consumer,
+    ensure_streams,
+    service_consumers,
+    stream_configs,
+)
+from workflow.subjects import Subjects
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NATS_DIR = DEPLOY / "nats"
@@ -353,24 +360,24 @@ async def test_cluster_forms_from_deploy_files_and_replicates_a_stream(
     )
     try:
         js = nc.jetstream(timeout=10)
-        info = await js.add_stream(
-            StreamConfig(
-                name="HEADGATE_PROPOSALS",
-                subjects=["headgate.proposals.>"],
-                retention=RetentionPolicy.WORK_QUEUE,
-                num_replicas=3,
-            )
-        )
-        assert info.config.num_replicas == 3
+        # The service's own stream and consumer definitions, created with its permissions.
+        await ensure_streams(js, Subjects(), replicas=3)
+        for spec in service_consumers(Subjects()).values():
+            await ensure_consumer(js, spec)
+        streams = [c.name for c in stream_configs(Subjects(), replicas=3)]
+        assert "HEADGATE_PROPOSALS" in streams
+        for stream in streams:
+            assert stream is not None
+            state = await js.stream_info(stream)
+            assert state.config.num_replicas == 3, stream
+            assert state.cluster is not None
+            assert state.cluster.leader in names
+            followers = {peer.name for peer in state.cluster.replicas or []}
+            assert followers | {state.cluster.leader} == names, stream
         ack = await js.publish(
             "headgate.proposals.builder-7", b"{}", headers={"Nats-Msg-Id": "p-1"}
         )
         assert ack.stream == "HEADGATE_PROPOSALS"
-        state = await js.stream_info("HEADGATE_PROPOSALS")
-        assert state.cluster is not None
-        assert state.cluster.leader in names
-        followers = {peer.name for peer in state.cluster.replicas or []}
-        assert followers | {state.cluster.leader} == names
     finally:
         await nc.close()
     print(f"3-node cluster formed in {formed:.2f} s")
@@ -431,38 +438,11 @@ async def connect(single_server: NatsProcess) -> AsyncIterator[Any]:
             await nc.close()
 
 
-STREAMS = [
-    StreamConfig(
-        name="HEADGATE_PROPOSALS",
-        subjects=["headgate.proposals.>"],
-        retention=RetentionPolicy.WORK_QUEUE,
-    ),
-    StreamConfig(
-        name="HEADGATE_DECISIONS",
-        subjects=["headgate.decisions.>", "headgate.cancel.>"],
-        retention=RetentionPolicy.WORK_QUEUE,
-    ),
-    StreamConfig(name="HEADGATE_INBOX", subjects=["headgate.inbox.>"], max_age=7 * 86400),
-    StreamConfig(
-        name="HEADGATE_RESULTS",
-        subjects=["headgate.released.>", "headgate.blocked.>"],
-        max_age=7 * 86400,
-    ),
-    StreamConfig(
-        name="HEADGATE_EXECUTED",
-        subjects=["headgate.executed.>"],
-        retention=RetentionPolicy.WORK_QUEUE,
-    ),
-]
-
-
 @pytest.fixture
 async def service(connect: Any) -> Conn:
-    """The service user, with the streams created as the service creates them (idempotent)."""
+    """The service user, with the streams created by the service's own code (idempotent)."""
     conn: Conn = await connect(SERVICE)
-    js = conn.nc.jetstream()
-    for config in STREAMS:
-        await js.add_stream(config)
+    await ensure_streams(conn.nc.jetstream(), Subjects(), replicas=1)
     return conn
 
 
