@@ -34,7 +34,6 @@ from pydantic import (
 from workflow.classify.engine import definition_hash
 from workflow.classify.tables import ClassifierTables, ToolRule
 from workflow.classify.taxonomy import Category, RiskClass, Severity
-from workflow.errors import PolicyError
 from workflow.messages import (
     ApprovalRequirement,
     Decision,
@@ -43,8 +42,10 @@ from workflow.messages import (
     sha256_hex,
 )
 from workflow.policy.durations import Duration
+from workflow.policy.problems import PolicyProblem as PolicyProblem  # re-exported
+from workflow.policy.problems import PolicyValidationError as PolicyValidationError
 from workflow.policy.requirement import ApprovalSpec, Role
-from workflow.policy.source import error_message, error_path, locate, render_key
+from workflow.policy.source import error_message, error_path, render_key
 
 Token = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
 ToolName = Annotated[str, Field(min_length=1, max_length=200)]
@@ -424,56 +425,6 @@ def _normalise(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return str(value)
-
-
-# --------------------------------------------------------------------------- errors
-
-
-@dataclass(frozen=True)
-class PolicyProblem:
-    """One thing wrong with a policy: where (key path, line) and what, as a sentence."""
-
-    key: str
-    message: str
-    line: int | None = None
-    path: tuple[str, ...] = ()
-
-    def render(self, source: str | None) -> str:
-        where = ", ".join(
-            part
-            for part in (
-                source,
-                f"line {self.line}" if self.line else None,
-                None if self.key.startswith("(") else f"key {self.key}",
-            )
-            if part
-        )
-        return f"{where}: {self.message}"
-
-
-class PolicyValidationError(PolicyError):
-    """The policy is invalid; `problems` lists everything found, the message shows them all."""
-
-    def __init__(self, problems: list[PolicyProblem], *, source: str | None = None):
-        self.problems = problems
-        super().__init__(problems[0].message, source=source, key=problems[0].key)
-        self.line = problems[0].line
-        lines = [p.render(source) for p in problems]
-        if len(lines) > 1:
-            lines.insert(0, f"The policy has {len(lines)} problems:")
-        self.args = ("\n".join(lines),)
-
-    def located(self, text: str, source: str) -> PolicyValidationError:
-        """The same problems with the file name and the line of each key."""
-        return PolicyValidationError(
-            [
-                PolicyProblem(
-                    p.key, p.message, p.line or locate(text, p.path or p.key.split(".")), p.path
-                )
-                for p in self.problems
-            ],
-            source=source,
-        )
 
 
 def default_policy(

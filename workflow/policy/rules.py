@@ -17,16 +17,15 @@ from typing import TYPE_CHECKING
 
 from workflow.classify.taxonomy import RiskClass, Severity
 from workflow.messages import ApprovalRequirement, Decision
+from workflow.policy.problems import PolicyProblem
 from workflow.policy.requirement import ApprovalSpec
 from workflow.policy.source import render_key
 
 if TYPE_CHECKING:
-    from workflow.policy.model import Layer, Policy, PolicyProblem, Rule
+    from workflow.policy.model import Layer, Policy, Rule
 
 
 def _problem(key: list[str], message: str) -> PolicyProblem:
-    from workflow.policy.model import PolicyProblem
-
     return PolicyProblem(render_key(key), message, path=tuple(key))
 
 
