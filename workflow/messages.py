@@ -242,6 +242,24 @@ class InboxItem(Wire):
     expires_at: datetime
 
 
+class Held(Wire):
+    """Told to the proposing agent when its call is held for approval (headgate.held.<agent>).
+
+    Lets an agent learn its verdict from its own results stream, without access to the inbox.
+    """
+
+    proposal_id: Identifier
+    request_id: Token
+    agent: Token
+    workspace: Token
+    tool: str
+    classification: Classification
+    verdict: Verdict
+    requirement: ApprovalRequirement
+    expires_at: datetime
+    held_at: datetime
+
+
 class Released(Wire):
     """The call may run. Fires at most once per proposal."""
 
@@ -377,6 +395,7 @@ WIRE_MODELS: dict[str, type[BaseModel]] = {
     "inbox_item": InboxItem,
     "decision": ApprovalDecision,
     "cancel": Cancel,
+    "held": Held,
     "released": Released,
     "blocked": Blocked,
     "executed": Executed,

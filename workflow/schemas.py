@@ -19,6 +19,7 @@ CHANNELS: dict[str, tuple[str, str, str]] = {
     "inbox": ("headgate.inbox.{workspace}", "inbox_item", "approvers consume (durable)"),
     "decisions": ("headgate.decisions.{request_id}", "decision", "approvers publish"),
     "cancel": ("headgate.cancel.{agent}", "cancel", "agents publish"),
+    "held": ("headgate.held.{agent}", "held", "agents consume (durable)"),
     "released": ("headgate.released.{agent}", "released", "agents consume (durable)"),
     "blocked": ("headgate.blocked.{agent}", "blocked", "agents consume (durable)"),
     "executed": ("headgate.executed.{agent}", "executed", "agents publish"),

@@ -27,6 +27,9 @@ class Subjects:
     def proposals(self, agent: str = "*") -> str:
         return f"{self.prefix}.proposals.{agent}"
 
+    def held(self, agent: str = "*") -> str:
+        return f"{self.prefix}.held.{agent}"
+
     def released(self, agent: str = "*") -> str:
         return f"{self.prefix}.released.{agent}"
 

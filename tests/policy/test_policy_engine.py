@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from policy_helpers import classified, policy, proposal
+from tests.policy.policy_helpers import classified, policy, proposal
 
 from workflow.classify.engine import definition_hash
 from workflow.classify.taxonomy import RiskClass, Severity

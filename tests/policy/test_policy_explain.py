@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from policy_helpers import classified, policy, proposal
+from tests.policy.policy_helpers import classified, policy, proposal
 
 from workflow.classify.taxonomy import RiskClass, Severity
 from workflow.messages import Reason

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from policy_helpers import policy, user_key
+from tests.policy.policy_helpers import policy, user_key
 
 from workflow.classify.tables import ToolRule
 from workflow.classify.taxonomy import Category, RiskClass, Severity

@@ -18,6 +18,7 @@ from workflow.messages import (
     BlockedOutcome,
     Classification,
     Decision,
+    Held,
     InboxItem,
     Proposal,
     Released,
@@ -191,6 +192,19 @@ def route(
                 proposal_id=proposal.id,
             )
         )
+        record.events.append(
+            OutboxEvent(
+                msg_id=f"held:{proposal.id}",
+                subject=subjects.held(proposal.agent),
+                payload=Held(
+                    proposal_id=proposal.id, request_id=request_id, agent=proposal.agent,
+                    workspace=proposal.workspace, tool=proposal.tool,
+                    classification=classification, verdict=verdict,
+                    requirement=verdict.requirement, expires_at=expires_at, held_at=now,
+                ).model_dump_json(),
+                proposal_id=proposal.id,
+            )
+        )  # fmt: skip
         record.audit.append(
             AuditEntry(
                 kind="held",

@@ -6,7 +6,7 @@
 | DECISIONS | decisions.>, cancel.>            | work queue | consumed once by the collector |
 | EXECUTED  | executed.>                       | work queue | consumed once by the auditor |
 | INBOX     | inbox.>                          | limits 7 d | every approver reads it with its own durable |
-| RESULTS   | released.>, blocked.>            | limits 7 d | agents offline for hours read their releases later |
+| RESULTS   | held.>, released.>, blocked.>    | limits 7 d | agents offline for hours read their releases later |
 | DEAD      | dead.>                           | limits 30d | kept for an operator to inspect |
 
 Duplicate window 10 minutes everywhere: longer than the longest redelivery backoff, so a stage
@@ -74,7 +74,7 @@ def stream_configs(subjects: Subjects, replicas: int = 1) -> list[StreamConfig]:
             max_age=30 * DAY),
         cfg("inbox", [subjects.inbox(">")], retention=RetentionPolicy.LIMITS, max_age=7 * DAY),
         cfg(
-            "results", [subjects.released(">"), subjects.blocked(">")],
+            "results", [subjects.held(">"), subjects.released(">"), subjects.blocked(">")],
             retention=RetentionPolicy.LIMITS, max_age=7 * DAY,
         ),
         cfg("dead", [subjects.dead(">")], retention=RetentionPolicy.LIMITS, max_age=30 * DAY),
