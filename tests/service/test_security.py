@@ -204,3 +204,43 @@ async def test_two_approvals_racing_from_two_connections_release_exactly_once(
         released = await h.stream_events(h.subjects.released("agent-1"), pid)
         assert len(released) == 1
         assert len(released[0]["approvals"]) == 1
+
+
+async def test_a_held_call_is_blocked_at_release_when_the_new_policy_denies_it(
+    nats_url: str, tmp_path: Path
+) -> None:
+    async with guarded(nats_url, tmp_path) as h:
+        pid, item = await held_write(h)
+        path = tmp_path / "policy.toml"
+        path.write_text(policy_text().replace(
+            '[classes.write_local]\ndecision = "require_approval"\napproval = { roles = ["approver"] }',
+            '[classes.write_local]\ndecision = "deny"',
+        ))  # fmt: skip
+        assert await h.service.reload_policy("test")
+        await send_decision(
+            h.nc, h.subjects, decision(KEYS["alice"], item["request_id"], item["proposal_digest"])
+        )
+        (blocked,) = await h.observer.wait_for("blocked", pid)
+        assert blocked["outcome"] == "denied"
+        assert blocked["reason"].startswith("Denied at release: the policy changed")
+        assert h.observer.of("released", pid) == []
+        assert "policy.reload" in await h.audit_kinds()
+
+
+async def test_a_raised_requirement_applies_to_a_call_already_held(
+    nats_url: str, tmp_path: Path
+) -> None:
+    async with guarded(nats_url, tmp_path, quorum=1) as h:
+        pid, item = await held_write(h)
+        (tmp_path / "policy.toml").write_text(policy_text(quorum=2))
+        assert await h.service.reload_policy("test")
+        await send_decision(
+            h.nc, h.subjects, decision(KEYS["alice"], item["request_id"], item["proposal_digest"])
+        )
+        await wait_until(h.audit_kinds, lambda kinds: "requirement.raised" in kinds)
+        await assert_not_released(h, pid)
+        await send_decision(
+            h.nc, h.subjects, decision(KEYS["bob"], item["request_id"], item["proposal_digest"])
+        )
+        (released,) = await h.observer.wait_for("released", pid)
+        assert sorted(a["approver"] for a in released["approvals"]) == ["alice", "bob"]

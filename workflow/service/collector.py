@@ -18,6 +18,8 @@ from workflow.approvals import DecisionCheck, HeldRequest, RequestState, Step, a
 from workflow.classify.engine import classify
 from workflow.messages import (
     ApprovalDecision,
+    ApprovalRecord,
+    ApprovalRequirement,
     Cancel,
     Classification,
     Decision,
@@ -25,7 +27,8 @@ from workflow.messages import (
     Verdict,
     canonical_json,
 )
-from workflow.policy.engine import evaluate
+from workflow.policy.engine import recheck
+from workflow.policy.model import Policy
 from workflow.service.context import ServiceContext
 from workflow.service.routing import OUTCOME_OF, SERVICE_ACTOR, closing_effects
 from workflow.service.runner import settle_failure
@@ -40,6 +43,22 @@ MAX_RACES = 8
 
 class Permanent(Exception):  # noqa: N818
     """The message can never be processed; it goes to the dead-letter subject."""
+
+
+def _satisfies(
+    approvals: tuple[ApprovalRecord, ...], requirement: ApprovalRequirement, policy: Policy
+) -> bool:
+    """Whether the approvals given still meet a (possibly raised) requirement."""
+    counted = set()
+    for record in approvals:
+        found = policy.approver_by_key(record.key) if record.key else None
+        if found is None:
+            continue
+        name, approver = found
+        if requirement.roles and not set(requirement.roles) & set(approver.roles):
+            continue
+        counted.add(name)
+    return len(counted) >= requirement.approvals_needed
 
 
 class Collector:
@@ -156,6 +175,8 @@ class Collector:
         )
         if step.closed is not None:
             await self._close(held, step, write)
+            if write.new_state == RequestState.PENDING:
+                write.new_state = None  # still pending, with the raised requirement
         if not await ctx.store.commit_step(write, now):
             # The nonce was recorded by someone else in between: this copy is a replay.
             await self._refuse_unapplied(decision, f"The nonce {decision.nonce} was already used.")
@@ -171,11 +192,26 @@ class Collector:
         outcome, reason = OUTCOME_OF[step.closed], step.message
         if step.closed is RequestState.APPROVED:
             policy = ctx.policy
-            fresh = evaluate(proposal, classify(proposal, policy.classifier_tables()), policy)
-            if fresh.decision is Decision.DENY:
+            tables = policy.tables_for(proposal.tool, proposal.tool_definition)
+            checked = recheck(proposal, classify(proposal, tables), verdict, policy)
+            if checked.decision is Decision.DENY:
                 # The policy or the tool's definition changed while the call was held.
-                outcome, verdict = "denied", fresh
-                reason = f"Approved, but the current policy denies it: {fresh.reason}"
+                outcome, verdict, reason = "denied", checked, checked.reason
+            elif checked.requirement is not None and not _satisfies(
+                step.request.approvals, checked.requirement, policy
+            ):
+                # The policy now asks for more: keep the request open under the stricter rule.
+                write.new_state = RequestState.PENDING
+                write.requirement = checked.requirement.model_dump_json()
+                write.audit.append(
+                    AuditEntry(
+                        kind="requirement.raised", actor=SERVICE_ACTOR,
+                        proposal_id=held.proposal_id, request_id=held.request_id,
+                        data={"message": checked.reason,
+                              "requirement": checked.requirement.model_dump(mode="json")},
+                    )
+                )  # fmt: skip
+                return
         row, event, audit = closing_effects(
             ctx.subjects, step.request, outcome, reason, proposal, classification, verdict,
             ctx.now(),

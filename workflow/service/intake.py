@@ -17,8 +17,9 @@ from workflow.classify.engine import classify
 from workflow.messages import Proposal
 from workflow.policy.engine import evaluate
 from workflow.service.context import ServiceContext
-from workflow.service.routing import route
+from workflow.service.routing import SERVICE_ACTOR, route
 from workflow.service.runner import settle_failure
+from workflow.store.audit import AuditEntry
 from workflow.store.repo import IntakeRecord, OutboxEvent
 
 log = logging.getLogger("headgate.intake")
@@ -53,11 +54,25 @@ class Intake:
                 "an agent may only propose as itself"
             )
         policy = ctx.policy
-        classification = classify(proposal, policy.classifier_tables())
+        definition = proposal.tool_definition
+        classification = classify(proposal, policy.tables_for(proposal.tool, definition))
         verdict = evaluate(proposal, classification, policy)
-        return route(
+        record = route(
             ctx.subjects, proposal, msg.data.decode(), classification, verdict, ctx.now()
         )
+        if definition is not None and definition.server:
+            match = policy.tool_entry(proposal.tool, definition)
+            if match is not None and match.inherited:
+                # Same server kind and definition as a reviewed tool: its review applies here.
+                record.audit.append(
+                    AuditEntry(
+                        kind="classification.inherited", actor=SERVICE_ACTOR,
+                        proposal_id=proposal.id,
+                        data={"tool": proposal.tool, "from": match.name,
+                              "fingerprint": match.fingerprint},
+                    )
+                )  # fmt: skip
+        return record
 
     async def __call__(self, msgs: Sequence[Msg]) -> None:
         ctx = self.ctx

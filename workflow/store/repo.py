@@ -79,6 +79,7 @@ class StepWrite:
     request_id: str
     expected_version: int | None
     new_state: str | None = None
+    requirement: str | None = None
     decision: dict[str, Any] | None = None
     outcome: dict[str, Any] | None = None
     proposal_status: tuple[str, str] | None = None
@@ -329,6 +330,8 @@ class Store:
                         return False
                 if write.expected_version is not None:
                     values: dict[str, Any] = {"version": write.expected_version + 1}
+                    if write.requirement is not None:
+                        values["requirement"] = write.requirement
                     if write.new_state is not None:
                         values["state"] = write.new_state
                         if write.new_state != RequestState.PENDING:
@@ -341,7 +344,7 @@ class Store:
                         )
                         .values(**values)
                     )
-                    if changed.rowcount != 1:  # type: ignore[attr-defined]
+                    if changed.rowcount != 1:
                         raise ConcurrentUpdate(write.request_id)
                 if write.outcome is not None:
                     await conn.execute(OUTCOMES.insert().values(**write.outcome))
