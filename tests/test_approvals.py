@@ -50,15 +50,23 @@ def held(quorum: int = 1, four_eyes: bool = False, roles: list[str] | None = Non
 
 
 def signed(
-    who: str, verdict: str = "approve", *, digest: str = DIGEST, at: datetime = NOW,
+    who: str,
+    verdict: str = "approve",
+    *,
+    digest: str = DIGEST,
+    at: datetime = NOW,
     nonce: str | None = None,
-) -> tuple[ApprovalDecision, DecisionCheck]:  # fmt: skip
+) -> tuple[ApprovalDecision, DecisionCheck]:
     d = KEYS[who].sign_decision(
         ApprovalDecision(
-            request_id="rq_1", proposal_digest=digest, verdict=DecisionVerdict(verdict),
-            approver=who, nonce=nonce or uuid.uuid4().hex, issued_at=at,
+            request_id="rq_1",
+            proposal_digest=digest,
+            verdict=DecisionVerdict(verdict),
+            approver=who,
+            nonce=nonce or uuid.uuid4().hex,
+            issued_at=at,
         )
-    )  # fmt: skip
+    )
     return d, check_for(d)
 
 
@@ -206,13 +214,15 @@ def test_only_the_proposing_agent_can_cancel() -> None:
 # One input: (approver, verdict) or "expire" or "cancel".
 inputs = st.lists(
     st.one_of(
-        st.tuples(st.sampled_from(["alice", "bob", "carol", "mallory"]),
-                  st.sampled_from(["approve", "reject"])),
+        st.tuples(
+            st.sampled_from(["alice", "bob", "carol", "mallory"]),
+            st.sampled_from(["approve", "reject"]),
+        ),
         st.just("expire"),
         st.just("cancel"),
     ),
     max_size=8,
-)  # fmt: skip
+)
 
 
 @given(inputs, st.integers(min_value=1, max_value=3), st.booleans())

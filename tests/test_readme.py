@@ -41,9 +41,13 @@ async def test_raw_nats_py_agent_example_runs_to_a_release(
     script.write_text(block)
     async with running_service(fresh_nats.url, tmp_path / "svc", prefix="headgate") as h:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(script), cwd=workdir, env=dict(os.environ),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
+            sys.executable,
+            str(script),
+            cwd=workdir,
+            env=dict(os.environ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         (item,) = await h.observer.wait_for("inbox", timeout=10)
         await send_decision(
             h.nc, h.subjects, decision(h.key, item["request_id"], item["proposal_digest"])

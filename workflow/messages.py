@@ -371,6 +371,30 @@ class ProposalHistory(Wire):
     events: list[HistoryEvent] = Field(default_factory=list)
 
 
+class OfferedQuery(Wire):
+    """Which of these tools should an agent be offered at all? (headgate.api.offered)"""
+
+    agent: Token
+    workspace: Token = "default"
+    read_only: bool = Field(default=False, description="Planning mode: offer reads only.")
+    tools: dict[str, Any] = Field(
+        description='An MCP `tools/list` answer: {"tools": [{name, description, inputSchema, '
+        "annotations}]}."
+    )
+
+
+class OfferedTool(Wire):
+    name: str
+    decision: Decision
+    reason: str
+
+
+class OfferedReply(Wire):
+    allowed: list[OfferedTool]
+    approvable: list[OfferedTool]
+    denied: list[OfferedTool]
+
+
 class ApiError(Wire):
     error: str
 
@@ -404,5 +428,7 @@ WIRE_MODELS: dict[str, type[BaseModel]] = {
     "api_pending_reply": PendingReply,
     "api_get_query": GetQuery,
     "api_get_reply": ProposalHistory,
+    "api_offered_query": OfferedQuery,
+    "api_offered_reply": OfferedReply,
     "api_error": ApiError,
 }

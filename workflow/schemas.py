@@ -26,6 +26,7 @@ CHANNELS: dict[str, tuple[str, str, str]] = {
     "dead": ("headgate.dead.{stage}", "dead_letter", "operators inspect"),
     "api_pending": ("headgate.api.pending", "api_pending_query", "request/reply"),
     "api_get": ("headgate.api.get", "api_get_query", "request/reply"),
+    "api_offered": ("headgate.api.offered", "api_offered_query", "request/reply"),
 }
 
 
@@ -44,7 +45,9 @@ def _asyncapi() -> dict[str, Any]:
     channels: dict[str, Any] = {}
     operations: dict[str, Any] = {}
     for channel, (address, message, role) in CHANNELS.items():
-        params = {p.strip("{}"): {} for p in address.split(".") if p.startswith("{")}
+        params: dict[str, dict[str, Any]] = {
+            p.strip("{}"): {} for p in address.split(".") if p.startswith("{")
+        }
         channels[channel] = {
             "address": address,
             "description": role,

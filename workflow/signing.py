@@ -42,7 +42,9 @@ class ApproverKey:
         try:
             return cls(path.read_bytes())
         except OSError as exc:
-            raise ConfigError(f"cannot read the key file: {exc.strerror}", source=str(path)) from exc
+            raise ConfigError(
+                f"cannot read the key file: {exc.strerror}", source=str(path)
+            ) from exc
         except ConfigError as exc:
             raise ConfigError(str(exc), source=str(path)) from exc
 

@@ -21,7 +21,6 @@ from workflow.service.app import Service, Settings, local_approver
 from workflow.signing import ApproverKey
 from workflow.subjects import Subjects
 
-
 T = TypeVar("T")
 
 
@@ -54,9 +53,10 @@ class Observer:
 
     def of(self, kind: str, proposal_id: str | None = None) -> list[dict[str, Any]]:
         return [
-            e for e in self.events.get(kind, [])
+            e
+            for e in self.events.get(kind, [])
             if proposal_id is None or e.get("proposal_id") == proposal_id
-        ]  # fmt: skip
+        ]
 
     async def wait_for(
         self, kind: str, proposal_id: str | None = None, *, count: int = 1, timeout: float = 10.0
@@ -70,9 +70,15 @@ class Observer:
 
 
 async def propose(
-    nc: NATS, subjects: Subjects, *, agent: str = "agent-1", tool: str = "read_file",
-    arguments: dict[str, Any] | None = None, pid: str | None = None, **extra: Any,
-) -> str:  # fmt: skip
+    nc: NATS,
+    subjects: Subjects,
+    *,
+    agent: str = "agent-1",
+    tool: str = "read_file",
+    arguments: dict[str, Any] | None = None,
+    pid: str | None = None,
+    **extra: Any,
+) -> str:
     pid = pid or f"p-{uuid.uuid4().hex[:12]}"
     body = {"id": pid, "agent": agent, "tool": tool, "arguments": arguments or {}, **extra}
     await nc.jetstream().publish(
@@ -98,9 +104,10 @@ def decision(
 
 async def send_decision(nc: NATS, subjects: Subjects, d: ApprovalDecision) -> None:
     await nc.jetstream().publish(
-        subjects.decisions(d.request_id), d.model_dump_json().encode(),
+        subjects.decisions(d.request_id),
+        d.model_dump_json().encode(),
         headers={"Nats-Msg-Id": f"decision:{d.nonce}"},
-    )  # fmt: skip
+    )
 
 
 async def wait_until(
@@ -160,9 +167,7 @@ async def running_service(
     nats_url: str, data_dir: Path, *, prefix: str | None = None, **settings: Any
 ) -> AsyncIterator[Harness]:
     prefix = prefix or unique_prefix()
-    service = Service(
-        Settings(data_dir=data_dir, nats_url=nats_url, prefix=prefix, **settings)
-    )
+    service = Service(Settings(data_dir=data_dir, nats_url=nats_url, prefix=prefix, **settings))
     await service.start()
     nc = await nats.connect(nats_url)
     observer = Observer(nc, Subjects(prefix))

@@ -47,8 +47,9 @@ async def test_reject_blocks_the_call_as_rejected(nats_url: str, tmp_path: Path)
     async with running_service(nats_url, tmp_path) as h:
         pid = await propose(h.nc, h.subjects, tool="write_file", arguments={"path": "a.txt"})
         (item,) = await h.observer.wait_for("inbox", pid)
-        d = decision(h.key, item["request_id"], item["proposal_digest"], "reject",
-                     reason="not this file")  # fmt: skip
+        d = decision(
+            h.key, item["request_id"], item["proposal_digest"], "reject", reason="not this file"
+        )
         await send_decision(h.nc, h.subjects, d)
         (blocked,) = await h.observer.wait_for("blocked", pid)
         assert blocked["outcome"] == "rejected"
@@ -101,9 +102,10 @@ async def test_the_same_proposal_published_twice_has_one_outcome(
         await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"}, pid=pid)
         await h.nc.jetstream().publish(
             h.subjects.proposals("agent-1"),
-            json.dumps({"id": pid, "agent": "agent-1", "tool": "read_file",
-                        "arguments": {"path": "a"}}).encode(),
-        )  # fmt: skip
+            json.dumps(
+                {"id": pid, "agent": "agent-1", "tool": "read_file", "arguments": {"path": "a"}}
+            ).encode(),
+        )
         marker = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "b"})
         await h.observer.wait_for("released", marker)
         released = await h.stream_events(h.subjects.released("agent-1"), pid)
@@ -119,9 +121,10 @@ async def test_a_reused_id_with_different_content_is_dead_lettered(
         await h.observer.wait_for("released", pid)
         await h.nc.jetstream().publish(
             h.subjects.proposals("agent-1"),
-            json.dumps({"id": pid, "agent": "agent-1", "tool": "write_file",
-                        "arguments": {"path": "a"}}).encode(),
-        )  # fmt: skip
+            json.dumps(
+                {"id": pid, "agent": "agent-1", "tool": "write_file", "arguments": {"path": "a"}}
+            ).encode(),
+        )
         (dead,) = await h.observer.wait_for("dead")
         assert "already used for a different proposal" in dead["error"]
         assert h.observer.of("inbox", pid) == []
@@ -148,12 +151,16 @@ async def test_pending_requests_survive_a_restart_and_can_be_approved(
     [
         (b"{not json", "invalid proposal"),
         (b'{"id": "x1", "agent": "agent-1", "arguments": {}}', "tool: Field required"),
-        (b'{"id": "x2", "agent": "agent-1", "tool": "read_file", "colour": 1}',
-         "colour: Extra inputs are not permitted"),
-        (b'{"id": "x3", "agent": "someone-else", "tool": "read_file"}',
-         "an agent may only propose as itself"),
+        (
+            b'{"id": "x2", "agent": "agent-1", "tool": "read_file", "colour": 1}',
+            "colour: Extra inputs are not permitted",
+        ),
+        (
+            b'{"id": "x3", "agent": "someone-else", "tool": "read_file"}',
+            "an agent may only propose as itself",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_bad_proposals_go_to_the_dead_letter_subject_with_the_error(
     nats_url: str, tmp_path: Path, payload: bytes, error: str
 ) -> None:

@@ -61,7 +61,9 @@ agents = ["agent-1"]
 
 
 @asynccontextmanager
-async def guarded(nats_url: str, tmp_path: Path, quorum: int = 1, **kw: Any) -> AsyncIterator[Harness]:
+async def guarded(
+    nats_url: str, tmp_path: Path, quorum: int = 1, **kw: Any
+) -> AsyncIterator[Harness]:
     path = tmp_path / "policy.toml"
     path.write_text(policy_text(quorum))
     async with running_service(nats_url, tmp_path, policy_path=path, **kw) as h:
@@ -99,23 +101,46 @@ def forged(item: dict[str, Any]) -> ApprovalDecision:
     ("make", "expect"),
     [
         (forged, "signature does not verify"),
-        (lambda i: decision(ApproverKey.generate(), i["request_id"], i["proposal_digest"]),
-         "not a registered approver"),
-        (lambda i: decision(KEYS["dave"], i["request_id"], i["proposal_digest"]),
-         "none of the required roles"),
-        (lambda i: decision(KEYS["carol"], i["request_id"], i["proposal_digest"]),
-         "may not approve for workspace"),
-        (lambda i: decision(KEYS["mallory"], i["request_id"], i["proposal_digest"]),
-         "cannot decide on its own proposal"),
-        (lambda i: decision(KEYS["alice"], i["request_id"], "0" * 64),
-         "different version of the proposal"),
-        (lambda i: decision(KEYS["alice"], i["request_id"], i["proposal_digest"],
-                            issued_at=datetime.now(UTC) - timedelta(hours=1)),
-         "outside the allowed clock skew"),
+        (
+            lambda i: decision(ApproverKey.generate(), i["request_id"], i["proposal_digest"]),
+            "not a registered approver",
+        ),
+        (
+            lambda i: decision(KEYS["dave"], i["request_id"], i["proposal_digest"]),
+            "none of the required roles",
+        ),
+        (
+            lambda i: decision(KEYS["carol"], i["request_id"], i["proposal_digest"]),
+            "may not approve for workspace",
+        ),
+        (
+            lambda i: decision(KEYS["mallory"], i["request_id"], i["proposal_digest"]),
+            "cannot decide on its own proposal",
+        ),
+        (
+            lambda i: decision(KEYS["alice"], i["request_id"], "0" * 64),
+            "different version of the proposal",
+        ),
+        (
+            lambda i: decision(
+                KEYS["alice"],
+                i["request_id"],
+                i["proposal_digest"],
+                issued_at=datetime.now(UTC) - timedelta(hours=1),
+            ),
+            "outside the allowed clock skew",
+        ),
     ],
-    ids=["forged", "unknown-key", "no-role", "other-workspace", "self-approval", "edited-proposal",
-         "stale"],
-)  # fmt: skip
+    ids=[
+        "forged",
+        "unknown-key",
+        "no-role",
+        "other-workspace",
+        "self-approval",
+        "edited-proposal",
+        "stale",
+    ],
+)
 async def test_an_invalid_decision_releases_nothing_and_is_audited(
     nats_url: str, tmp_path: Path, make: Any, expect: str
 ) -> None:
@@ -135,17 +160,24 @@ async def test_a_replayed_decision_does_not_count_twice(nats_url: str, tmp_path:
         await wait_until(lambda: h.service_history(pid), lambda hi: len(hi["approvals"]) == 1)
         # The very same signed bytes again, under another message id: no second approval.
         await h.nc.jetstream().publish(
-            h.subjects.decisions(item["request_id"]), first.model_dump_json().encode(),
+            h.subjects.decisions(item["request_id"]),
+            first.model_dump_json().encode(),
             headers={"Nats-Msg-Id": "replay-1"},
-        )  # fmt: skip
+        )
         # The same nonce with a fresh signature over other content: refused as a replay.
-        again = decision(KEYS["alice"], item["request_id"], item["proposal_digest"],
-                         nonce=first.nonce, reason="second try")  # fmt: skip
+        again = decision(
+            KEYS["alice"],
+            item["request_id"],
+            item["proposal_digest"],
+            nonce=first.nonce,
+            reason="second try",
+        )
         await send_decision(h.nc, h.subjects, again.model_copy())
         await h.nc.jetstream().publish(
-            h.subjects.decisions(item["request_id"]), again.model_dump_json().encode(),
+            h.subjects.decisions(item["request_id"]),
+            again.model_dump_json().encode(),
             headers={"Nats-Msg-Id": "replay-2"},
-        )  # fmt: skip
+        )
         assert "already used" in await refused(h, first.nonce)
         await assert_not_released(h, pid)
         assert len((await h.service_history(pid))["approvals"]) == 1
@@ -199,8 +231,12 @@ async def test_two_approvals_racing_from_two_connections_release_exactly_once(
         finally:
             await nc2.drain()
         await h.observer.wait_for("released", pid)
-        await wait_until(h.audit_kinds, lambda kinds: kinds.count("decision.refused") >= 1
-                         or kinds.count("decision.accepted") >= 2)  # fmt: skip
+        await wait_until(
+            h.audit_kinds,
+            lambda kinds: (
+                kinds.count("decision.refused") >= 1 or kinds.count("decision.accepted") >= 2
+            ),
+        )
         released = await h.stream_events(h.subjects.released("agent-1"), pid)
         assert len(released) == 1
         assert len(released[0]["approvals"]) == 1
@@ -212,10 +248,13 @@ async def test_a_held_call_is_blocked_at_release_when_the_new_policy_denies_it(
     async with guarded(nats_url, tmp_path) as h:
         pid, item = await held_write(h)
         path = tmp_path / "policy.toml"
-        path.write_text(policy_text().replace(
-            '[classes.write_local]\ndecision = "require_approval"\napproval = { roles = ["approver"] }',
-            '[classes.write_local]\ndecision = "deny"',
-        ))  # fmt: skip
+        path.write_text(
+            policy_text().replace(
+                '[classes.write_local]\ndecision = "require_approval"\n'
+                'approval = { roles = ["approver"] }',
+                '[classes.write_local]\ndecision = "deny"',
+            )
+        )
         assert await h.service.reload_policy("test")
         await send_decision(
             h.nc, h.subjects, decision(KEYS["alice"], item["request_id"], item["proposal_digest"])

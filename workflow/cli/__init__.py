@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from workflow.cli import calls, offline
+from workflow.cli import calls, offline, policy_cmds
 from workflow.cli.common import err_console
 from workflow.cli.serve import serve
 from workflow.errors import HeadgateError
@@ -26,6 +26,9 @@ app.command()(calls.reject)
 app.command()(calls.show)
 app.command()(offline.classify)
 app.command()(offline.schemas)
+app.command()(policy_cmds.explain)
+app.add_typer(policy_cmds.policy_app, name="policy")
+app.add_typer(policy_cmds.tools_app, name="tools")
 app.add_typer(offline.keys_app, name="keys")
 app.add_typer(offline.audit_app, name="audit")
 

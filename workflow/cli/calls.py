@@ -14,7 +14,9 @@ from typing import Annotated, Any
 import typer
 from nats.aio.msg import Msg
 from pydantic import ValidationError
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from workflow.cli.common import (
     DEFAULT_DATA_DIR,
@@ -86,12 +88,17 @@ def propose(
     """
     arguments = parse_json_option(args, "--args")
     if not isinstance(arguments, dict):
-        raise ConfigError("--args must be a JSON object, e.g. '{\"path\": \"x\"}'")
+        raise ConfigError('--args must be a JSON object, e.g. \'{"path": "x"}\'')
     try:
         proposal = Proposal(
-            id=proposal_id or f"cli-{uuid.uuid4().hex}", agent=agent, workspace=workspace,
-            tool=tool, arguments=arguments, intent=intent, created_at=datetime.now(UTC),
-        )  # fmt: skip
+            id=proposal_id or f"cli-{uuid.uuid4().hex}",
+            agent=agent,
+            workspace=workspace,
+            tool=tool,
+            arguments=arguments,
+            intent=intent,
+            created_at=datetime.now(UTC),
+        )
     except ValidationError as exc:
         raise ConfigError(f"invalid proposal: {describe(exc)}") from exc
     subjects = Subjects(prefix)
@@ -100,11 +107,17 @@ def propose(
 
 
 async def _propose(
-    proposal: Proposal, wait: float | None, nats_url: str | None, data_dir: Path,
-    subjects: Subjects, json_out: bool,
-) -> int:  # fmt: skip
+    proposal: Proposal,
+    wait: float | None,
+    nats_url: str | None,
+    data_dir: Path,
+    subjects: Subjects,
+    json_out: bool,
+) -> int:
     async with connected(nats_url, data_dir) as nc:
-        outcome: asyncio.Future[tuple[str, dict[str, Any]]] = asyncio.get_running_loop().create_future()
+        outcome: asyncio.Future[tuple[str, dict[str, Any]]] = (
+            asyncio.get_running_loop().create_future()
+        )
         held: list[dict[str, Any]] = []
 
         async def on_event(msg: Msg) -> None:
@@ -116,7 +129,7 @@ async def _propose(
                 held.append(body)
                 if not json_out:
                     console.print(
-                        f"held for approval: request [bold]{body['request_id']}[/] "
+                        f"held for approval: request [bold]{escape(body['request_id'])}[/] "
                         f"({body['classification']['risk_class']}, "
                         f"{body['classification']['severity']}); approve with "
                         f"`headgate approve {body['request_id']}`"
@@ -125,18 +138,25 @@ async def _propose(
                 outcome.set_result((kind, body))
 
         if wait is not None:
-            for subject in (subjects.released(proposal.agent), subjects.blocked(proposal.agent),
-                            subjects.inbox(proposal.workspace)):  # fmt: skip
+            for subject in (
+                subjects.released(proposal.agent),
+                subjects.blocked(proposal.agent),
+                subjects.inbox(proposal.workspace),
+            ):
                 await nc.subscribe(subject, cb=on_event)
         ack = await nc.jetstream().publish(
-            subjects.proposals(proposal.agent), proposal.model_dump_json().encode(),
+            subjects.proposals(proposal.agent),
+            proposal.model_dump_json().encode(),
             headers={"Nats-Msg-Id": proposal.id},
-        )  # fmt: skip
+        )
         if wait is None:
             if json_out:
                 print_json({"proposal_id": proposal.id, "duplicate": ack.duplicate})
             else:
-                console.print(f"proposed [bold]{proposal.id}[/]" + (" (duplicate)" if ack.duplicate else ""))
+                console.print(
+                    f"proposed [bold]{escape(proposal.id)}[/]"
+                    + (" (duplicate)" if ack.duplicate else "")
+                )
             return 0
         try:
             kind, body = await asyncio.wait_for(outcome, wait)
@@ -145,15 +165,26 @@ async def _propose(
             if json_out:
                 print_json({"proposal_id": proposal.id, "outcome": history.status})
             else:
-                console.print(f"{proposal.id}: still {history.status} after {wait:g}s")
-            return 0 if history.status == "released" else EXIT_PENDING if history.status == "pending" else EXIT_BLOCKED
+                console.print(f"{escape(proposal.id)}: still {history.status} after {wait:g}s")
+            return (
+                0
+                if history.status == "released"
+                else EXIT_PENDING
+                if history.status == "pending"
+                else EXIT_BLOCKED
+            )
         if json_out:
             print_json({"outcome": "released" if kind == "released" else body["outcome"], **body})
         elif kind == "released":
             who = ", ".join(a["approver"] for a in body["approvals"]) or "policy (allowed)"
-            console.print(f"[green]released[/] {proposal.id} ({proposal.tool}); approved by {who}")
+            console.print(
+                f"[green]released[/] {escape(proposal.id)} ({escape(proposal.tool)}); "
+                f"approved by {escape(who)}"
+            )
         else:
-            console.print(f"[red]{body['outcome']}[/] {proposal.id}: {body['reason']}")
+            console.print(
+                f"[red]{escape(body['outcome'])}[/] {escape(proposal.id)}: {escape(body['reason'])}"
+            )
         return 0 if kind == "released" else EXIT_BLOCKED
 
 
@@ -181,19 +212,36 @@ def pending(
         console.print("nothing pending")
         return
     table = Table(title=f"{len(reply.items)} pending", show_lines=True)
-    for col in ("request", "agent / workspace", "tool", "arguments", "risk", "reasons",
-                "approvals", "age", "expires in"):  # fmt: skip
+    for col in (
+        "request",
+        "agent / workspace",
+        "tool",
+        "arguments",
+        "risk",
+        "reasons",
+        "approvals",
+        "age",
+        "expires in",
+    ):
         table.add_column(col, overflow="fold")
     for it in reply.items:
         table.add_row(
-            it.request_id, f"{it.agent} / {it.workspace}", it.tool,
-            json.dumps(it.arguments, ensure_ascii=False)[:200],
-            f"{it.risk_class} ({it.severity})", "\n".join(it.reasons),
-            f"{len(it.approvals)}/{it.requirement.approvals_needed}"
-            + (f" ({', '.join(it.approvals)})" if it.approvals else ""),
-            _ago(it.created_at),
-            _span(int((it.expires_at - datetime.now(UTC)).total_seconds())),
-        )  # fmt: skip
+            *(
+                Text(str(cell))
+                for cell in (
+                    it.request_id,
+                    f"{it.agent} / {it.workspace}",
+                    it.tool,
+                    json.dumps(it.arguments, ensure_ascii=False)[:200],
+                    f"{it.risk_class} ({it.severity})",
+                    "\n".join(it.reasons),
+                    f"{len(it.approvals)}/{it.requirement.approvals_needed}"
+                    + (f" ({', '.join(it.approvals)})" if it.approvals else ""),
+                    _ago(it.created_at),
+                    _span(int((it.expires_at - datetime.now(UTC)).total_seconds())),
+                )
+            )
+        )
     console.print(table)
 
 
@@ -214,15 +262,24 @@ def _load_key(key: Path | None, data_dir: Path) -> ApproverKey:
 
 KeyOpt = Annotated[
     Path | None,
-    typer.Option("--key", help="Approver seed file. Default: $HEADGATE_APPROVER_KEY, then the "
-                 "data dir's local key."),
-]  # fmt: skip
+    typer.Option(
+        "--key",
+        help="Approver seed file. Default: $HEADGATE_APPROVER_KEY, then the data dir's local key.",
+    ),
+]
 
 
 def _decide(
-    ident: str, verdict: DecisionVerdict, reason: str, key: Path | None, approver: str | None,
-    nats_url: str | None, data_dir: Path, prefix: str, json_out: bool,
-) -> None:  # fmt: skip
+    ident: str,
+    verdict: DecisionVerdict,
+    reason: str,
+    key: Path | None,
+    approver: str | None,
+    nats_url: str | None,
+    data_dir: Path,
+    prefix: str,
+    json_out: bool,
+) -> None:
     signer = _load_key(key, data_dir)
     subjects = Subjects(prefix)
 
@@ -235,15 +292,20 @@ def _decide(
                 return False, f"request {history.request_id} is already {history.status}."
             decision = signer.sign_decision(
                 ApprovalDecision(
-                    request_id=history.request_id, proposal_digest=history.proposal_digest,
-                    verdict=verdict, approver=approver or getpass.getuser(), reason=reason,
-                    nonce=uuid.uuid4().hex, issued_at=datetime.now(UTC),
+                    request_id=history.request_id,
+                    proposal_digest=history.proposal_digest,
+                    verdict=verdict,
+                    approver=approver or getpass.getuser(),
+                    reason=reason,
+                    nonce=uuid.uuid4().hex,
+                    issued_at=datetime.now(UTC),
                 )
-            )  # fmt: skip
+            )
             await nc.jetstream().publish(
-                subjects.decisions(history.request_id), decision.model_dump_json().encode(),
+                subjects.decisions(history.request_id),
+                decision.model_dump_json().encode(),
                 headers={"Nats-Msg-Id": f"decision:{decision.nonce}"},
-            )  # fmt: skip
+            )
             for _ in range(50):
                 await asyncio.sleep(0.1)
                 after = await api_call(nc, subjects, "get", GetQuery(id=ident), ProposalHistory)
@@ -258,7 +320,7 @@ def _decide(
     if json_out:
         print_json({"accepted": ok, "message": message})
     else:
-        console.print(("[green]accepted:[/] " if ok else "[red]refused:[/] ") + message)
+        console.print(("[green]accepted:[/] " if ok else "[red]refused:[/] ") + escape(message))
     if not ok:
         raise typer.Exit(1)
 
@@ -274,8 +336,9 @@ def approve(
     json_out: JsonOut = False,
 ) -> None:
     """Approve a held request, signed with your approver key."""
-    _decide(ident, DecisionVerdict.APPROVE, reason, key, approver, nats_url, data_dir, prefix,
-            json_out)  # fmt: skip
+    _decide(
+        ident, DecisionVerdict.APPROVE, reason, key, approver, nats_url, data_dir, prefix, json_out
+    )
 
 
 def reject(
@@ -291,8 +354,9 @@ def reject(
     """Reject a held request, signed with your approver key."""
     if not reason.strip():
         fail("--reason must say why the call is rejected")
-    _decide(ident, DecisionVerdict.REJECT, reason, key, approver, nats_url, data_dir, prefix,
-            json_out)  # fmt: skip
+    _decide(
+        ident, DecisionVerdict.REJECT, reason, key, approver, nats_url, data_dir, prefix, json_out
+    )
 
 
 def show(
@@ -313,18 +377,22 @@ def show(
         print_json(h)
         return
     p, c, v = h.proposal, h.classification, h.verdict
-    console.print(f"[bold]{p.id}[/]  {p.agent} / {p.workspace}  status: [bold]{h.status}[/]")
-    console.print(f"tool {p.tool}  arguments {json.dumps(p.arguments, ensure_ascii=False)}")
+    console.print(
+        f"[bold]{escape(p.id)}[/]  {p.agent} / {p.workspace}  status: [bold]{h.status}[/]"
+    )
+    console.print(Text(f"tool {p.tool}  arguments {json.dumps(p.arguments, ensure_ascii=False)}"))
     if p.intent:
-        console.print(f"intent (not trusted): {p.intent}")
-    console.print(f"risk: {c.risk_class} ({c.severity})"
-                  + (f" categories {', '.join(c.categories)}" if c.categories else "")
-                  + (" [red]fail-closed[/]" if c.fail_closed else ""))  # fmt: skip
+        console.print(Text(f"intent (not trusted): {p.intent}"))
+    console.print(
+        f"risk: {c.risk_class} ({c.severity})"
+        + (f" categories {', '.join(c.categories)}" if c.categories else "")
+        + (" [red]fail-closed[/]" if c.fail_closed else "")
+    )
     for r in c.reasons:
-        console.print(f"  - {r.message}")
-    console.print(f"verdict: {v.decision} — {v.reason}")
+        console.print(Text(f"  - {r.message}"))
+    console.print(Text(f"verdict: {v.decision} — {v.reason}"))
     for step in v.trail:
-        console.print(f"  {step.step}: {step.decision} — {step.message}")
+        console.print(Text(f"  {step.step}: {step.decision} — {step.message}"))
     if h.request_id:
         req = h.requirement
         console.print(
@@ -333,5 +401,5 @@ def show(
         )
     table = Table("at", "event", "what", show_header=True)
     for e in h.events:
-        table.add_row(e.at.strftime("%Y-%m-%d %H:%M:%S"), e.kind, e.summary)
+        table.add_row(e.at.strftime("%Y-%m-%d %H:%M:%S"), e.kind, Text(e.summary))
     console.print(table)

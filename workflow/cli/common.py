@@ -13,7 +13,8 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import nats
 import typer
 from nats.aio.client import Client as NATS
-from nats.errors import NoRespondersError, TimeoutError as NatsTimeoutError
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 
@@ -30,21 +31,22 @@ M = TypeVar("M", bound=BaseModel)
 DataDir = Annotated[
     Path,
     typer.Option(
-        "--data-dir", envvar="HEADGATE_DATA_DIR", help="Where serve keeps its state.",
+        "--data-dir",
+        envvar="HEADGATE_DATA_DIR",
+        help="Where serve keeps its state.",
         show_default=True,
     ),
-]  # fmt: skip
+]
 NatsUrl = Annotated[
     str | None,
     typer.Option(
-        "--nats-url", envvar="HEADGATE_NATS_URL",
+        "--nats-url",
+        envvar="HEADGATE_NATS_URL",
         help="NATS server URL(s), comma-separated. Default: the one `headgate serve` recorded "
         "in the data dir.",
     ),
-]  # fmt: skip
-Prefix = Annotated[
-    str, typer.Option("--prefix", envvar="HEADGATE_PREFIX", help="Subject prefix.")
 ]
+Prefix = Annotated[str, typer.Option("--prefix", envvar="HEADGATE_PREFIX", help="Subject prefix.")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 DEFAULT_DATA_DIR = Path(".headgate")
@@ -72,12 +74,14 @@ async def connected(nats_url: str | None, data_dir: Path) -> AsyncIterator[NATS]
     url = resolve_url(nats_url, data_dir)
     try:
         nc = await nats.connect(
-            servers=url.split(","), connect_timeout=3, max_reconnect_attempts=2,
+            servers=url.split(","),
+            connect_timeout=3,
+            max_reconnect_attempts=2,
             allow_reconnect=False,
             user=os.environ.get("HEADGATE_NATS_USER"),
             password=os.environ.get("HEADGATE_NATS_PASSWORD"),
             user_credentials=os.environ.get("HEADGATE_NATS_CREDS"),
-        )  # fmt: skip
+        )
     except Exception as exc:
         raise ConnectError(
             f"cannot reach NATS at {url} ({exc or type(exc).__name__}); is `headgate serve` "

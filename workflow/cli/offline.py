@@ -10,7 +10,9 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from workflow.classify.engine import classify as classify_proposal
 from workflow.classify.tables import DEFAULT_TABLES, ClassifierTables
@@ -70,9 +72,11 @@ def classify(
             _explain(number, proposal, result)
         else:
             sys.stdout.write(
-                json.dumps({"line": number, "tool": proposal.tool,
-                            **result.model_dump(mode="json")}) + "\n"
-            )  # fmt: skip
+                json.dumps(
+                    {"line": number, "tool": proposal.tool, **result.model_dump(mode="json")}
+                )
+                + "\n"
+            )
     sys.stdout.flush()
     if errors:
         raise typer.Exit(1)
@@ -80,7 +84,7 @@ def classify(
 
 def _emit_error(number: int, message: str, explain: bool) -> None:
     if explain:
-        console.print(f"[red]line {number}:[/] {message}")
+        console.print(f"[red]line {number}:[/] {escape(message)}")
     else:
         sys.stdout.write(json.dumps({"line": number, "error": message}) + "\n")
 
@@ -91,13 +95,13 @@ def _explain(number: int, proposal: Proposal, result: Classification) -> None:
         + (f" [{', '.join(result.categories)}]" if result.categories else "")
         + (" fail-closed" if result.fail_closed else "")
     )
-    table = Table(title=title, title_justify="left", show_lines=False)
+    table = Table(title=Text(title), title_justify="left", show_lines=False)
     table.add_column("rule")
     table.add_column("class")
     table.add_column("severity")
     table.add_column("reason", overflow="fold")
     for r in result.reasons:
-        table.add_row(r.rule, r.risk_class or "", r.severity or "", r.message)
+        table.add_row(r.rule, r.risk_class or "", r.severity or "", Text(r.message))
     console.print(table)
 
 
@@ -137,24 +141,31 @@ def keys_new(
     console.print(f"wrote {path} (keep it secret; mode 0600)")
     console.print(f"public key: [bold]{key.public_key}[/]")
     console.print("register it in the policy file:\n")
-    console.print(f'[approvers.{name}]\nkey = "{key.public_key}"\nroles = ["approver"]\n'
-                  'workspaces = ["*"]', highlight=False, markup=False)  # fmt: skip
+    console.print(
+        f'[approvers.{name}]\nkey = "{key.public_key}"\nroles = ["approver"]\nworkspaces = ["*"]',
+        highlight=False,
+        markup=False,
+    )
 
 
 audit_app = typer.Typer(help="The tamper-evident audit log.", no_args_is_help=True)
 
 DbOpt = Annotated[
     str | None,
-    typer.Option("--database-url", envvar="HEADGATE_DATABASE_URL",
-                 help="Default: the SQLite database in the data dir."),
-]  # fmt: skip
+    typer.Option(
+        "--database-url",
+        envvar="HEADGATE_DATABASE_URL",
+        help="Default: the SQLite database in the data dir.",
+    ),
+]
 
 
 def _db_url(database_url: str | None, data_dir: Path) -> str:
     url = Settings(data_dir=data_dir, database_url=database_url).db_url
     if url.startswith("sqlite") and not (data_dir / "headgate.db").exists() and not database_url:
-        raise ConfigError(f"no database at {data_dir / 'headgate.db'}; pass --data-dir or "
-                          "--database-url")  # fmt: skip
+        raise ConfigError(
+            f"no database at {data_dir / 'headgate.db'}; pass --data-dir or --database-url"
+        )
     return url
 
 
@@ -173,13 +184,21 @@ def audit_verify(
 
     result = asyncio.run(run())
     if json_out:
-        print_json({"ok": result.ok, "checked": result.checked,
-                    "first_bad_seq": result.first_bad_seq, "problem": result.problem})  # fmt: skip
+        print_json(
+            {
+                "ok": result.ok,
+                "checked": result.checked,
+                "first_bad_seq": result.first_bad_seq,
+                "problem": result.problem,
+            }
+        )
     elif result.ok:
         console.print(f"[green]audit chain intact[/]: {result.checked} records verified")
     else:
-        console.print(f"[red]audit chain broken[/] at record {result.first_bad_seq}: "
-                      f"{result.problem} ({result.checked} records before it verified)")  # fmt: skip
+        console.print(
+            f"[red]audit chain broken[/] at record {result.first_bad_seq}: "
+            f"{result.problem} ({result.checked} records before it verified)"
+        )
     if not result.ok:
         raise typer.Exit(1)
 
@@ -187,7 +206,9 @@ def audit_verify(
 @audit_app.command("tail")
 def audit_tail(
     lines: Annotated[int, typer.Option("-n", "--lines", min=1)] = 20,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new records.")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new records.")
+    ] = False,
     data_dir: DataDir = DEFAULT_DATA_DIR,
     database_url: DbOpt = None,
     json_out: JsonOut = False,
@@ -225,9 +246,13 @@ def _print_audit(rows: list[Any], json_out: bool) -> None:
         what = data.get("message") or data.get("reason") or ""
         if r.kind == "proposal":
             v, c = data["verdict"], data["classification"]
-            what = f"{data['proposal']['tool']}: {c['risk_class']} ({c['severity']}) → {v['decision']}"
+            what = (
+                f"{data['proposal']['tool']}: {c['risk_class']} ({c['severity']}) → {v['decision']}"
+            )
         console.print(
             f"{r.seq:>6} {r.at[:19]} {r.kind:<18} {r.actor:<16} "
-            f"{r.proposal_id or r.request_id or '':<28} {what}", highlight=False, markup=False,
-        )  # fmt: skip
+            f"{r.proposal_id or r.request_id or '':<28} {what}",
+            highlight=False,
+            markup=False,
+        )
     sys.stdout.flush()

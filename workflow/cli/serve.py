@@ -25,7 +25,8 @@ def serve(
     database_url: Annotated[
         str | None,
         typer.Option(
-            "--database-url", envvar="HEADGATE_DATABASE_URL",
+            "--database-url",
+            envvar="HEADGATE_DATABASE_URL",
             help="sqlite+aiosqlite:///PATH or postgresql+asyncpg://USER@HOST/DB. "
             "Default: SQLite in the data dir.",
         ),
@@ -33,7 +34,8 @@ def serve(
     policy: Annotated[
         Path | None,
         typer.Option(
-            "--policy", envvar="HEADGATE_POLICY",
+            "--policy",
+            envvar="HEADGATE_POLICY",
             help="Policy file (TOML). Default: the built-in policy, trusting a local approver "
             "key kept in the data dir.",
         ),
@@ -43,18 +45,29 @@ def serve(
     ] = 3600,
     prefix: Prefix = "headgate",
     replicas: Annotated[
-        int, typer.Option("--replicas", envvar="HEADGATE_STREAM_REPLICAS", min=1, max=5,
-                          help="JetStream replicas per stream (3 on a 3-node cluster).")
+        int,
+        typer.Option(
+            "--replicas",
+            envvar="HEADGATE_STREAM_REPLICAS",
+            min=1,
+            max=5,
+            help="JetStream replicas per stream (3 on a 3-node cluster).",
+        ),
     ] = 1,
     log_format: Annotated[LogFormat, typer.Option("--log-format")] = LogFormat.console,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
-) -> None:  # fmt: skip
+) -> None:
     """Run the gateway. Without --nats-url it starts an embedded nats-server with JetStream."""
     setup_logging(log_format.value, log_level)
     settings = Settings(
-        data_dir=data_dir, nats_url=nats_url, database_url=database_url, policy_path=policy,
-        default_ttl=default_ttl, prefix=prefix, replicas=replicas,
-    )  # fmt: skip
+        data_dir=data_dir,
+        nats_url=nats_url,
+        database_url=database_url,
+        policy_path=policy,
+        default_ttl=default_ttl,
+        prefix=prefix,
+        replicas=replicas,
+    )
 
     async def main() -> None:
         service = Service(settings)

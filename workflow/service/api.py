@@ -16,6 +16,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from pydantic import BaseModel, ValidationError
 
+from workflow.errors import HeadgateError
 from workflow.messages import (
     ApiError,
     ApprovalRecord,
@@ -23,6 +24,9 @@ from workflow.messages import (
     Classification,
     GetQuery,
     HistoryEvent,
+    OfferedQuery,
+    OfferedReply,
+    OfferedTool,
     PendingEntry,
     PendingQuery,
     PendingReply,
@@ -30,6 +34,7 @@ from workflow.messages import (
     ProposalHistory,
     Verdict,
 )
+from workflow.policy.catalog import offered_tools, parse_catalog
 from workflow.service.context import ServiceContext
 
 log = logging.getLogger("headgate.api")
@@ -92,7 +97,9 @@ async def history(ctx: ServiceContext, query: GetQuery) -> ProposalHistory | Api
     ]
     events = [
         HistoryEvent(
-            at=datetime.fromisoformat(a.at), kind=a.kind, summary=_summary(a.kind, data := json.loads(a.data)),
+            at=datetime.fromisoformat(a.at),
+            kind=a.kind,
+            summary=_summary(a.kind, data := json.loads(a.data)),
             data=data if a.kind.startswith(("decision", "cancel", "executed")) else {},
         )
         for a in found["audit"]
@@ -101,10 +108,12 @@ async def history(ctx: ServiceContext, query: GetQuery) -> ProposalHistory | Api
         if not any(e.data.get("nonce") == d.nonce for e in events):
             events.append(
                 HistoryEvent(
-                    at=d.received_at, kind="decision.accepted" if d.accepted else "decision.refused",
-                    summary=d.message, data={"nonce": d.nonce, "refusal": d.refusal},
+                    at=d.received_at,
+                    kind="decision.accepted" if d.accepted else "decision.refused",
+                    summary=d.message,
+                    data={"nonce": d.nonce, "refusal": d.refusal},
                 )
-            )  # fmt: skip
+            )
     return ProposalHistory(
         proposal=Proposal.model_validate_json(prop.payload),
         proposal_digest=prop.digest,
@@ -119,12 +128,25 @@ async def history(ctx: ServiceContext, query: GetQuery) -> ProposalHistory | Api
     )
 
 
+async def offered(ctx: ServiceContext, query: OfferedQuery) -> OfferedReply:
+    catalog = parse_catalog(query.tools, source="request")
+    split = offered_tools(ctx.policy, catalog, query.agent, query.workspace, query.read_only)
+
+    def conv(items: list[Any]) -> list[OfferedTool]:
+        return [OfferedTool(name=t.name, decision=t.decision, reason=t.reason) for t in items]
+
+    return OfferedReply(
+        allowed=conv(split.allowed), approvable=conv(split.approvable), denied=conv(split.denied)
+    )
+
+
 Handler = Callable[[ServiceContext, Any], Awaitable[BaseModel]]
 
 ROUTES: dict[str, tuple[type[BaseModel], Handler]] = {
     "pending": (PendingQuery, pending),
     "get": (GetQuery, history),
     "explain": (GetQuery, history),
+    "offered": (OfferedQuery, offered),
 }
 
 
@@ -154,6 +176,8 @@ def _responder(
         else:
             try:
                 answer = await handler(ctx, query)
+            except HeadgateError as exc:
+                answer = ApiError(error=str(exc))
             except Exception as exc:
                 log.exception("api %s failed", name)
                 answer = ApiError(error=f"The {name} query failed: {exc}.")

@@ -77,8 +77,11 @@ def load_settings_policy(settings: Settings) -> Policy:
     log.info(
         "no policy file: using the default policy; %s the local approver key %s (%s) and "
         "trusting it as approver %r",
-        "created" if created else "using", path, key.public_key, name,
-    )  # fmt: skip
+        "created" if created else "using",
+        path,
+        key.public_key,
+        name,
+    )
     approver = Approver(key=key.public_key, roles=["admin", "approver"], workspaces=["*"])
     return default_policy(ttl_seconds=settings.default_ttl, approvers={name: approver})
 
@@ -188,8 +191,11 @@ class Service:
         self.ready = True
         log.info(
             "headgate ready: %d stages, database %s, policy %s (revision %s)",
-            len(self.stages), _redact(s.db_url), s.policy_path or "default", policy.revision,
-        )  # fmt: skip
+            len(self.stages),
+            _redact(s.db_url),
+            s.policy_path or "default",
+            policy.revision,
+        )
 
     async def reload_policy(self, reason: str = "SIGHUP") -> bool:
         """Load the policy file again; keep the old policy when the new one is invalid."""
@@ -199,15 +205,24 @@ class Service:
         try:
             policy = await asyncio.to_thread(load_policy, path)
         except HeadgateError as exc:
-            log.error("policy reload (%s) refused, keeping revision %s: %s",
-                      reason, ctx.policy.revision, exc)  # fmt: skip
+            log.error(
+                "policy reload (%s) refused, keeping revision %s: %s",
+                reason,
+                ctx.policy.revision,
+                exc,
+            )
             return False
         old, ctx.policy = ctx.policy.revision, policy
         await ctx.store.append_audit(
-            [AuditEntry("policy.reload", "headgate",
-                        {"from": old, "to": policy.revision, "trigger": reason})],
+            [
+                AuditEntry(
+                    "policy.reload",
+                    "headgate",
+                    {"from": old, "to": policy.revision, "trigger": reason},
+                )
+            ],
             ctx.now(),
-        )  # fmt: skip
+        )
         log.info("policy reloaded (%s): revision %s -> %s", reason, old, policy.revision)
         return True
 

@@ -39,15 +39,24 @@ async def sweep_once(ctx: ServiceContext) -> int:
             continue
         proposal = Proposal.model_validate_json(parts[0])
         outcome, event, audit = closing_effects(
-            ctx.subjects, step.request, "expired", step.message, proposal,
-            Classification.model_validate_json(parts[1]), Verdict.model_validate_json(parts[2]),
+            ctx.subjects,
+            step.request,
+            "expired",
+            step.message,
+            proposal,
+            Classification.model_validate_json(parts[1]),
+            Verdict.model_validate_json(parts[2]),
             now,
-        )  # fmt: skip
+        )
         write = StepWrite(
-            request_id=held.request_id, expected_version=version, new_state=step.request.state,
-            outcome=outcome, proposal_status=(proposal.id, "expired"), events=[event],
+            request_id=held.request_id,
+            expected_version=version,
+            new_state=step.request.state,
+            outcome=outcome,
+            proposal_status=(proposal.id, "expired"),
+            events=[event],
             audit=[audit],
-        )  # fmt: skip
+        )
         try:
             await ctx.store.commit_step(write, now)
         except ConcurrentUpdate:
@@ -118,26 +127,38 @@ class Auditor:
                 else f"no release {report.release_id} exists: the call ran without a release"
             )
             await ctx.store.append_audit(
-                [AuditEntry("executed.unreleased", agent or "?",
-                            {"message": why, "report": report.model_dump(mode="json")},
-                            report.proposal_id)],
+                [
+                    AuditEntry(
+                        "executed.unreleased",
+                        agent or "?",
+                        {"message": why, "report": report.model_dump(mode="json")},
+                        report.proposal_id,
+                    )
+                ],
                 now,
-            )  # fmt: skip
+            )
             return
         await ctx.store.record_execution(
             {
-                "release_id": report.release_id, "proposal_id": report.proposal_id,
-                "agent": report.agent, "success": report.success, "summary": report.summary,
+                "release_id": report.release_id,
+                "proposal_id": report.proposal_id,
+                "agent": report.agent,
+                "success": report.success,
+                "summary": report.summary,
                 "finished_at": report.finished_at,
             },
             AuditEntry(
-                "executed", report.agent,
-                {"release_id": report.release_id, "success": report.success,
-                 "summary": report.summary},
+                "executed",
+                report.agent,
+                {
+                    "release_id": report.release_id,
+                    "success": report.success,
+                    "summary": report.summary,
+                },
                 report.proposal_id,
             ),
             now,
-        )  # fmt: skip
+        )
 
 
 __all__ = ["SERVICE_ACTOR", "Auditor", "every", "republish_once", "sweep_once"]

@@ -14,7 +14,14 @@ from collections.abc import Sequence
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
-from workflow.approvals import DecisionCheck, HeldRequest, RequestState, Step, apply_decision, cancel
+from workflow.approvals import (
+    DecisionCheck,
+    HeldRequest,
+    RequestState,
+    Step,
+    apply_decision,
+    cancel,
+)
 from workflow.classify.engine import classify
 from workflow.messages import (
     ApprovalDecision,
@@ -41,7 +48,7 @@ STAGE = "collector"
 MAX_RACES = 8
 
 
-class Permanent(Exception):  # noqa: N818
+class Permanent(Exception):
     """The message can never be processed; it goes to the dead-letter subject."""
 
 
@@ -152,14 +159,18 @@ class Collector:
         )
         if not seen:
             write.decision = {
-                "nonce": decision.nonce, "request_id": decision.request_id,
+                "nonce": decision.nonce,
+                "request_id": decision.request_id,
                 "approver": check.approver[0] if check.approver else decision.approver,
-                "key": decision.key, "signature": decision.signature,
-                "verdict": decision.verdict, "accepted": step.accepted,
-                "refusal": step.refusal, "message": step.message,
+                "key": decision.key,
+                "signature": decision.signature,
+                "verdict": decision.verdict,
+                "accepted": step.accepted,
+                "refusal": step.refusal,
+                "message": step.message,
                 "record": step.record.model_dump_json() if step.record else None,
                 "received_at": now,
-            }  # fmt: skip
+            }
         write.audit.append(
             AuditEntry(
                 kind="decision.accepted" if step.accepted else "decision.refused",
@@ -167,11 +178,14 @@ class Collector:
                 proposal_id=held.proposal_id,
                 request_id=held.request_id,
                 data={
-                    "verdict": decision.verdict, "nonce": decision.nonce, "key": decision.key,
-                    "refusal": step.refusal, "message": step.message,
+                    "verdict": decision.verdict,
+                    "nonce": decision.nonce,
+                    "key": decision.key,
+                    "refusal": step.refusal,
+                    "message": step.message,
                     "decision": raw,
                 },
-            )  # fmt: skip
+            )
         )
         if step.closed is not None:
             await self._close(held, step, write)
@@ -205,17 +219,27 @@ class Collector:
                 write.requirement = checked.requirement.model_dump_json()
                 write.audit.append(
                     AuditEntry(
-                        kind="requirement.raised", actor=SERVICE_ACTOR,
-                        proposal_id=held.proposal_id, request_id=held.request_id,
-                        data={"message": checked.reason,
-                              "requirement": checked.requirement.model_dump(mode="json")},
+                        kind="requirement.raised",
+                        actor=SERVICE_ACTOR,
+                        proposal_id=held.proposal_id,
+                        request_id=held.request_id,
+                        data={
+                            "message": checked.reason,
+                            "requirement": checked.requirement.model_dump(mode="json"),
+                        },
                     )
-                )  # fmt: skip
+                )
                 return
         row, event, audit = closing_effects(
-            ctx.subjects, step.request, outcome, reason, proposal, classification, verdict,
+            ctx.subjects,
+            step.request,
+            outcome,
+            reason,
+            proposal,
+            classification,
+            verdict,
             ctx.now(),
-        )  # fmt: skip
+        )
         write.outcome, write.proposal_status = row, (proposal.id, outcome)
         write.events.append(event)
         write.audit.append(audit)
@@ -228,12 +252,18 @@ class Collector:
         write = StepWrite(request_id=decision.request_id, expected_version=None)
         if not seen:
             write.decision = {
-                "nonce": decision.nonce, "request_id": decision.request_id,
-                "approver": decision.approver, "key": decision.key,
-                "signature": decision.signature, "verdict": decision.verdict,
-                "accepted": False, "refusal": "unknown_request", "message": message,
-                "record": None, "received_at": now,
-            }  # fmt: skip
+                "nonce": decision.nonce,
+                "request_id": decision.request_id,
+                "approver": decision.approver,
+                "key": decision.key,
+                "signature": decision.signature,
+                "verdict": decision.verdict,
+                "accepted": False,
+                "refusal": "unknown_request",
+                "message": message,
+                "record": None,
+                "received_at": now,
+            }
         write.audit.append(
             AuditEntry(
                 kind="decision.refused",

@@ -55,14 +55,19 @@ class EmbeddedNats:
         args = [
             find_nats_server(),
             "-js",
-            "-a", "127.0.0.1",
-            "-p", str(self.port),
-            "-sd", str(self.store_dir / "jetstream"),
-            "--ports_file_dir", str(ports_dir),
-            "-l", str(log),
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-sd",
+            str(self.store_dir / "jetstream"),
+            "--ports_file_dir",
+            str(ports_dir),
+            "-l",
+            str(log),
             *(["-m", "-1"] if self.monitor else []),
             *self.extra_args,
-        ]  # fmt: skip
+        ]
         self.process = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )

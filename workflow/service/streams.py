@@ -1,13 +1,14 @@
 """JetStream streams and the service's durable consumers, created idempotently.
 
-| stream    | subjects                         | retention  | why |
-|-----------|----------------------------------|------------|-----|
-| PROPOSALS | proposals.>                      | work queue | consumed once by intake; a backlog cap per agent |
-| DECISIONS | decisions.>, cancel.>            | work queue | consumed once by the collector |
-| EXECUTED  | executed.>                       | work queue | consumed once by the auditor |
-| INBOX     | inbox.>                          | limits 7 d | every approver reads it with its own durable |
-| RESULTS   | held.>, released.>, blocked.>    | limits 7 d | agents offline for hours read their releases later |
-| DEAD      | dead.>                           | limits 30d | kept for an operator to inspect |
+| stream    | subjects                      | retention  | why                            |
+|-----------|-------------------------------|------------|--------------------------------|
+| PROPOSALS | proposals.>                   | work queue | read once by intake; per-agent |
+|           |                               |            | backlog cap                    |
+| DECISIONS | decisions.>, cancel.>         | work queue | read once by the collector     |
+| EXECUTED  | executed.>                    | work queue | read once by the auditor       |
+| INBOX     | inbox.>                       | limits 7 d | each approver has a durable    |
+| RESULTS   | held.>, released.>, blocked.> | limits 7 d | agents read releases later     |
+| DEAD      | dead.>                        | limits 30d | kept for an operator           |
 
 Duplicate window 10 minutes everywhere: longer than the longest redelivery backoff, so a stage
 that re-publishes after a crash is always deduplicated by `Nats-Msg-Id`.
@@ -61,24 +62,35 @@ def stream_configs(subjects: Subjects, replicas: int = 1) -> list[StreamConfig]:
 
     return [
         cfg(
-            "proposals", [subjects.proposals(">")],
-            retention=RetentionPolicy.WORK_QUEUE, max_age=7 * DAY,
-            max_msgs_per_subject=PER_AGENT_BACKLOG, discard=DiscardPolicy.NEW,
+            "proposals",
+            [subjects.proposals(">")],
+            retention=RetentionPolicy.WORK_QUEUE,
+            max_age=7 * DAY,
+            max_msgs_per_subject=PER_AGENT_BACKLOG,
+            discard=DiscardPolicy.NEW,
             discard_new_per_subject=True,
         ),
         cfg(
-            "decisions", [subjects.decisions(">"), subjects.cancel(">")],
-            retention=RetentionPolicy.WORK_QUEUE, max_age=7 * DAY,
+            "decisions",
+            [subjects.decisions(">"), subjects.cancel(">")],
+            retention=RetentionPolicy.WORK_QUEUE,
+            max_age=7 * DAY,
         ),
-        cfg("executed", [subjects.executed(">")], retention=RetentionPolicy.WORK_QUEUE,
-            max_age=30 * DAY),
+        cfg(
+            "executed",
+            [subjects.executed(">")],
+            retention=RetentionPolicy.WORK_QUEUE,
+            max_age=30 * DAY,
+        ),
         cfg("inbox", [subjects.inbox(">")], retention=RetentionPolicy.LIMITS, max_age=7 * DAY),
         cfg(
-            "results", [subjects.held(">"), subjects.released(">"), subjects.blocked(">")],
-            retention=RetentionPolicy.LIMITS, max_age=7 * DAY,
+            "results",
+            [subjects.held(">"), subjects.released(">"), subjects.blocked(">")],
+            retention=RetentionPolicy.LIMITS,
+            max_age=7 * DAY,
         ),
         cfg("dead", [subjects.dead(">")], retention=RetentionPolicy.LIMITS, max_age=30 * DAY),
-    ]  # fmt: skip
+    ]
 
 
 def service_consumers(subjects: Subjects) -> dict[str, ConsumerSpec]:

@@ -72,9 +72,15 @@ def verify_chain(records: Iterable[ChainedRecord], start_hash: str = GENESIS) ->
                 False, checked, rec.seq, f"record {rec.seq} does not point at the previous hash."
             )
         want = chain_hash(
-            rec.prev_hash, rec.seq, rec.at, rec.kind, rec.proposal_id, rec.request_id,
-            rec.actor, rec.data,
-        )  # fmt: skip
+            rec.prev_hash,
+            rec.seq,
+            rec.at,
+            rec.kind,
+            rec.proposal_id,
+            rec.request_id,
+            rec.actor,
+            rec.data,
+        )
         if want != rec.hash:
             return ChainCheck(
                 False, checked, rec.seq, f"record {rec.seq} was altered (its hash does not match)."

@@ -18,9 +18,15 @@ from workflow.store import schema
 # tables as defined in `schema`; a later schema change adds a function here (ALTER …) and
 # never edits an applied one.
 _V1_TABLES = [
-    schema.ProposalRow, schema.RequestRow, schema.DecisionRow, schema.OutcomeRow,
-    schema.ExecutionRow, schema.OutboxRow, schema.AuditRow, schema.AuditHeadRow,
-]  # fmt: skip
+    schema.ProposalRow,
+    schema.RequestRow,
+    schema.DecisionRow,
+    schema.OutcomeRow,
+    schema.ExecutionRow,
+    schema.OutboxRow,
+    schema.AuditRow,
+    schema.AuditHeadRow,
+]
 
 
 def _v1(conn: Connection) -> None:

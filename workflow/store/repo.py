@@ -39,7 +39,7 @@ AUDIT = _t(schema.AuditRow)
 AUDIT_HEAD = _t(schema.AuditHeadRow)
 
 
-class ConcurrentUpdate(Exception):  # noqa: N818 - a signal, not an error a user sees
+class ConcurrentUpdate(Exception):
     """Another writer changed the request first; reload and apply again."""
 
 
@@ -143,11 +143,17 @@ class Store:
             )
             rows.append(
                 {
-                    "seq": seq, "at": at, "kind": entry.kind, "proposal_id": entry.proposal_id,
-                    "request_id": entry.request_id, "actor": entry.actor, "data": data,
-                    "prev_hash": prev, "hash": digest,
+                    "seq": seq,
+                    "at": at,
+                    "kind": entry.kind,
+                    "proposal_id": entry.proposal_id,
+                    "request_id": entry.request_id,
+                    "actor": entry.actor,
+                    "data": data,
+                    "prev_hash": prev,
+                    "hash": digest,
                 }
-            )  # fmt: skip
+            )
             prev = digest
         await conn.execute(AUDIT.insert(), rows)
         await conn.execute(
@@ -161,11 +167,17 @@ class Store:
             await conn.execute(
                 self._insert(OUTBOX).on_conflict_do_nothing(index_elements=["msg_id"]),
                 [
-                    {"msg_id": e.msg_id, "subject": e.subject, "payload": e.payload,
-                     "proposal_id": e.proposal_id, "published": False, "created_at": now}
+                    {
+                        "msg_id": e.msg_id,
+                        "subject": e.subject,
+                        "payload": e.payload,
+                        "proposal_id": e.proposal_id,
+                        "published": False,
+                        "created_at": now,
+                    }
                     for e in events
                 ],
-            )  # fmt: skip
+            )
 
     # ------------------------------------------------------------------ intake
     async def record_intake(self, records: Sequence[IntakeRecord], now: datetime) -> IntakeResult:
@@ -276,9 +288,7 @@ class Store:
 
     async def decision_status(self, nonce: str) -> Any | None:
         async with self.engine.connect() as conn:
-            return (
-                await conn.execute(select(DECISIONS).where(DECISIONS.c.nonce == nonce))
-            ).first()
+            return (await conn.execute(select(DECISIONS).where(DECISIONS.c.nonce == nonce))).first()
 
     async def proposal_parts(self, proposal_id: str) -> tuple[str, str, str] | None:
         """The stored proposal, classification and verdict JSON of one proposal."""
@@ -363,9 +373,7 @@ class Store:
         async with self._write() as conn:
             await self._append_audit(conn, entries, now)
 
-    async def record_execution(
-        self, row: dict[str, Any], audit: AuditEntry, now: datetime
-    ) -> bool:
+    async def record_execution(self, row: dict[str, Any], audit: AuditEntry, now: datetime) -> bool:
         async with self._write() as conn:
             got = await conn.execute(
                 self._insert(EXECUTIONS)
@@ -421,12 +429,16 @@ class Store:
             if prop is None:
                 return None
             decisions = (
-                await conn.execute(
-                    select(DECISIONS)
-                    .where(DECISIONS.c.request_id == req.request_id)
-                    .order_by(DECISIONS.c.received_at)
-                )
-            ).all() if req is not None else []  # fmt: skip
+                (
+                    await conn.execute(
+                        select(DECISIONS)
+                        .where(DECISIONS.c.request_id == req.request_id)
+                        .order_by(DECISIONS.c.received_at)
+                    )
+                ).all()
+                if req is not None
+                else []
+            )
             audit = (
                 await conn.execute(
                     select(AUDIT).where(AUDIT.c.proposal_id == pid).order_by(AUDIT.c.seq)
@@ -436,9 +448,23 @@ class Store:
                 await conn.execute(select(OUTCOMES).where(OUTCOMES.c.proposal_id == pid))
             ).first()
         return {
-            "proposal": prop, "request": req, "decisions": decisions, "audit": audit,
+            "proposal": prop,
+            "request": req,
+            "decisions": decisions,
+            "audit": audit,
             "outcome": outcome,
-        }  # fmt: skip
+        }
+
+    async def seen_definitions(self, limit: int = 10_000) -> list[str]:
+        """Payloads of recent proposals that carried a tool definition, oldest first."""
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(
+                select(PROPOSALS.c.payload)
+                .where(PROPOSALS.c.payload.contains('"tool_definition"'))
+                .order_by(PROPOSALS.c.received_at.desc())
+                .limit(limit)
+            )
+            return [r.payload for r in rows][::-1]
 
     async def audit_rows(
         self, *, after_seq: int = 0, limit: int | None = None
@@ -457,21 +483,27 @@ class Store:
             rows = await self.audit_rows(after_seq=after, limit=batch)
             if not rows:
                 break
-            result = verify_chain(rows, start_hash=prev) if after == 0 or rows[0].seq == after + 1 \
+            result = (
+                verify_chain(rows, start_hash=prev)
+                if after == 0 or rows[0].seq == after + 1
                 else ChainCheck(False, 0, rows[0].seq, f"record {after + 1} is missing.")
+            )
             if not result.ok:
-                return ChainCheck(False, checked + result.checked, result.first_bad_seq,
-                                  result.problem)  # fmt: skip
+                return ChainCheck(
+                    False, checked + result.checked, result.first_bad_seq, result.problem
+                )
             checked += result.checked
             prev, after = rows[-1].hash, rows[-1].seq
         async with self.engine.connect() as conn:
             head = (await conn.execute(select(AUDIT_HEAD).where(AUDIT_HEAD.c.id == 1))).one()
         if int(head.seq) != after or head.hash != prev:
             return ChainCheck(
-                False, checked, after + 1,
+                False,
+                checked,
+                after + 1,
                 f"the chain ends at record {after} but the head says {head.seq}: records were "
                 "removed from the end.",
-            )  # fmt: skip
+            )
         return ChainCheck(True, checked)
 
 
