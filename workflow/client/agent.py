@@ -1,0 +1,374 @@
+"""The agent SDK: propose a call and wait for its outcome, gate a tool, or queue work.
+
+async with Headgate.connect(url, agent="builder-7", workspace="acme") as hg:
+    ticket = await hg.propose("write_file", {"path": "notes.txt", "content": "hi"})
+    outcome = await ticket.result(timeout=600)      # Released or Blocked
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from nats.aio.client import Client as NATS
+
+from workflow.client import transport
+from workflow.client.errors import NoLedger, NotProcessed, ResultTimeout, ToolBlocked
+from workflow.client.ledger import Ledger
+from workflow.client.results import Event, Outcome, ResultRouter
+from workflow.client.worker import BlockedHandler, Handler, WorkerStats, report_execution, work
+from workflow.messages import (
+    Blocked,
+    Cancel,
+    Classification,
+    Decision,
+    Held,
+    Proposal,
+    ProposalContext,
+    ProposalHistory,
+    Released,
+    ToolDefinition,
+    Verdict,
+)
+from workflow.subjects import Subjects
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+TERMINAL = frozenset({"released", "denied", "rejected", "expired", "cancelled"})
+
+
+@dataclass
+class Ticket:
+    """One proposed call: what Headgate decided at once, and a way to wait for the outcome."""
+
+    client: Headgate
+    proposal: Proposal
+    classification: Classification
+    verdict: Verdict
+    status: str = "pending"
+    request_id: str | None = None
+    expires_at: datetime | None = None
+    _outcome: Outcome | None = field(default=None, repr=False)
+
+    @property
+    def proposal_id(self) -> str:
+        return self.proposal.id
+
+    @property
+    def held(self) -> bool:
+        """True when the call waits for approvals."""
+        return self.verdict.decision == Decision.REQUIRE_APPROVAL
+
+    async def result(self, timeout: float | None = None) -> Outcome:
+        """`Released` (run the call with its `arguments`) or `Blocked` (`outcome`, `reason`).
+
+        Raises `ResultTimeout` when nothing happened within `timeout` seconds.
+        """
+        if self._outcome is None:
+            self._outcome = await self.client._outcome_of(self, timeout)
+        return self._outcome
+
+    async def cancel(self, reason: str = "") -> None:
+        """Withdraw the proposal while it is pending; `result()` then returns `cancelled`."""
+        await self.client.cancel(self.proposal_id, reason)
+
+
+class Headgate:
+    """An agent's connection to Headgate. Use `Headgate.connect(...)` as a context manager."""
+
+    #: How often `Ticket.result` asks the service whether an outcome it has not seen exists.
+    recheck_interval = 10.0
+
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        agent: str,
+        workspace: str = "default",
+        prefix: str = "headgate",
+        state_dir: Path | None = None,
+    ):
+        self.nc = nc
+        self.agent = agent
+        self.workspace = workspace
+        self.subjects = Subjects(prefix)
+        self.router = ResultRouter(nc, self.subjects, agent)
+        self.ledger = Ledger(state_dir) if state_dir is not None else None
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(
+        cls,
+        url: str,
+        *,
+        agent: str,
+        workspace: str = "default",
+        prefix: str = "headgate",
+        state_dir: Path | None = None,
+        **nats_options: Any,
+    ) -> AsyncIterator[Headgate]:
+        """Connect, subscribe to this agent's results, and close everything on exit."""
+        nc = await transport.connect(url, name=f"headgate-agent-{agent}", **nats_options)
+        client = cls(nc, agent=agent, workspace=workspace, prefix=prefix, state_dir=state_dir)
+        try:
+            await client.start()
+            yield client
+        finally:
+            await client.close()
+            await nc.drain()
+
+    async def start(self) -> None:
+        # Before any publish: the results consumer starts at the stream's end, so every event
+        # of a proposal made after this point reaches the router.
+        await self.router.start()
+
+    async def close(self) -> None:
+        await self.router.stop()
+        if self.ledger is not None:
+            self.ledger.close()
+
+    # ------------------------------------------------------------------ proposing
+    def _proposal(
+        self, tool: str, arguments: Mapping[str, Any] | None, *, definition: ToolDefinition |
+        Mapping[str, Any] | None, intent: str | None, capability: str | None,
+        context: ProposalContext | Mapping[str, Any] | None, source: str | None,
+        workspace: str | None, proposal_id: str | None,
+    ) -> Proposal:  # fmt: skip
+        return Proposal(
+            id=proposal_id or uuid.uuid4().hex, agent=self.agent,
+            workspace=workspace or self.workspace, source=source, tool=tool,
+            arguments=dict(arguments or {}),
+            tool_definition=ToolDefinition.model_validate(definition) if definition else None,
+            capability=capability,
+            context=ProposalContext.model_validate(context) if context else None,
+            intent=intent, created_at=datetime.now(UTC),
+        )  # fmt: skip
+
+    async def propose(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        definition: ToolDefinition | Mapping[str, Any] | None = None,
+        intent: str | None = None,
+        capability: str | None = None,
+        context: ProposalContext | Mapping[str, Any] | None = None,
+        source: str | None = None,
+        workspace: str | None = None,
+        proposal_id: str | None = None,
+        timeout: float = 10.0,
+    ) -> Ticket:
+        """Publish a proposal and return its ticket once the service has classified it.
+
+        The classification and verdict come from the first event of the proposal on this
+        agent's results stream (held / released / blocked) or from `api.get`, whichever answers
+        first — usually within milliseconds. Raises `NotProcessed` after `timeout` seconds.
+        """
+        proposal = self._proposal(
+            tool, arguments, definition=definition, intent=intent, capability=capability,
+            context=context, source=source, workspace=workspace, proposal_id=proposal_id,
+        )  # fmt: skip
+        watch = self.router.watch(proposal.id)
+        await transport.publish(self.nc, self.subjects.proposals(self.agent), proposal, proposal.id)
+        known = await transport.poll(
+            lambda: transport.history(self.nc, self.subjects, proposal.id),
+            timeout=timeout, first=0.005, interrupt=watch.first,
+        )  # fmt: skip
+        if watch.first.done():
+            ticket = self._ticket_from_event(proposal, watch.first.result())
+            if ticket is not None:
+                return ticket
+            known = await transport.history(self.nc, self.subjects, proposal.id)
+        if known is None:
+            raise NotProcessed(proposal.id, timeout)
+        return self._ticket_from_history(known)
+
+    def _ticket_from_event(self, proposal: Proposal, event: Event) -> Ticket | None:
+        if event.classification is None or event.verdict is None:  # a bare cancellation
+            return None
+        ticket = Ticket(self, proposal, event.classification, event.verdict)
+        if isinstance(event, Held):
+            ticket.request_id, ticket.expires_at = event.request_id, event.expires_at
+        elif isinstance(event, Released):
+            ticket.status, ticket.request_id, ticket._outcome = "released", event.request_id, event
+        else:
+            ticket.status, ticket.request_id, ticket._outcome = (
+                event.outcome,
+                event.request_id,
+                event,
+            )
+        return ticket
+
+    def _ticket_from_history(self, h: ProposalHistory) -> Ticket:
+        return Ticket(
+            self, h.proposal, h.classification, h.verdict, status=h.status,
+            request_id=h.request_id, expires_at=h.expires_at,
+        )  # fmt: skip
+
+    async def ticket(self, proposal_id: str) -> Ticket:
+        """The ticket of a proposal made earlier (by this or another process of this agent)."""
+        self.router.watch(proposal_id)  # from now on no event of it is missed
+        found = await transport.history(self.nc, self.subjects, proposal_id)
+        if found is None:
+            raise NotProcessed(proposal_id, 0)
+        return self._ticket_from_history(found)
+
+    async def _outcome_of(self, ticket: Ticket, timeout: float | None) -> Outcome:
+        watch = self.router.watch(ticket.proposal_id)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        status = ticket.status
+        while True:
+            if status in TERMINAL and not watch.outcome.done():
+                # It ended before this client listened (or the event was lost): read it back.
+                since = ticket.proposal.created_at or datetime.now(UTC)
+                found = await self.router.find(ticket.proposal_id, since)
+                if found is not None:
+                    self.router.forget(ticket.proposal_id)
+                    return found
+            left = None if deadline is None else max(deadline - loop.time(), 0)
+            wait = self.recheck_interval if left is None else min(self.recheck_interval, left)
+            done, _ = await asyncio.wait([watch.outcome], timeout=wait)
+            if done:
+                self.router.forget(ticket.proposal_id)
+                return watch.outcome.result()
+            h = await transport.history(self.nc, self.subjects, ticket.proposal_id)
+            status = h.status if h is not None else status
+            if deadline is not None and loop.time() >= deadline:
+                raise ResultTimeout(ticket.proposal_id, timeout or 0, status)
+
+    async def cancel(self, proposal_id: str, reason: str = "") -> None:
+        """Withdraw an own pending proposal (published on `<prefix>.cancel.<agent>`)."""
+        body = Cancel(proposal_id=proposal_id, agent=self.agent, reason=reason)
+        await transport.publish(
+            self.nc, self.subjects.cancel(self.agent), body, f"cancel:{proposal_id}"
+        )
+
+    async def report(self, released: Released, *, success: bool, summary: str) -> None:
+        """Tell the service what happened when a released call ran (audited)."""
+        await report_execution(self.nc, self.subjects, released.release_id,
+                               released.proposal_id, self.agent, success, summary)  # fmt: skip
+
+    # ------------------------------------------------------------------ gated tools
+    def gated(
+        self,
+        tool: str,
+        *,
+        definition: ToolDefinition | Mapping[str, Any] | None = None,
+        capability: str | None = None,
+        intent: str | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+        """Wrap an async tool: each call is proposed with its keyword arguments, waits for the
+        release, runs **with the released arguments**, and is reported as executed. A block
+        raises `ToolBlocked`; the wrapper keeps the function's name, signature and docstring."""
+
+        def decorate(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+            signature = inspect.signature(fn)
+            for param in signature.parameters.values():
+                if param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL):
+                    raise TypeError(
+                        f"@gated({tool!r}): parameter {param.name!r} of {fn.__name__} must be "
+                        "passable by keyword (the call runs with the released arguments)"
+                    )
+
+            @functools.wraps(fn)
+            async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+                arguments = _keyword_arguments(signature, args, kwargs)
+                ticket = await self.propose(
+                    tool, arguments, definition=definition, capability=capability, intent=intent
+                )
+                outcome = await ticket.result(timeout)
+                if isinstance(outcome, Blocked):
+                    raise ToolBlocked(outcome)
+                try:
+                    value = await fn(**outcome.arguments)  # type: ignore[call-arg]
+                except Exception as exc:
+                    await self.report(
+                        outcome, success=False, summary=f"{type(exc).__name__}: {exc}"
+                    )
+                    raise
+                await self.report(outcome, success=True, summary=_result_summary(value))
+                return value
+
+            call.tool_name = tool  # type: ignore[attr-defined]
+            return call
+
+        return decorate
+
+    # ------------------------------------------------------------------ unattended mode
+    async def enqueue(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        definition: ToolDefinition | Mapping[str, Any] | None = None,
+        intent: str | None = None,
+        capability: str | None = None,
+        context: ProposalContext | Mapping[str, Any] | None = None,
+        source: str | None = None,
+        workspace: str | None = None,
+        proposal_id: str | None = None,
+    ) -> str:
+        """Queue a call for `run_released` and return its proposal id at once.
+
+        The ledger records it before it is published, so the worker knows the release is its
+        own; a call published but never recorded cannot happen.
+        """
+        if self.ledger is None:
+            raise NoLedger()
+        proposal = self._proposal(
+            tool, arguments, definition=definition, intent=intent, capability=capability,
+            context=context, source=source, workspace=workspace, proposal_id=proposal_id,
+        )  # fmt: skip
+        self.ledger.queue(proposal.id, tool)
+        await transport.publish(self.nc, self.subjects.proposals(self.agent), proposal, proposal.id)
+        return proposal.id
+
+    async def run_released(
+        self,
+        handlers: Mapping[str, Handler],
+        *,
+        stop: asyncio.Event | None = None,
+        on_blocked: BlockedHandler | None = None,
+        batch: int = 16,
+    ) -> WorkerStats:
+        """Run each released call of this agent's queue exactly once, until `stop` is set.
+
+        Reads the durable consumer `agent-<agent>`, so releases that arrived while no worker ran
+        are executed when one starts. See `workflow.client.worker` for the guarantees.
+        """
+        if self.ledger is None:
+            raise NoLedger()
+        return await work(
+            self.nc, self.subjects, self.agent, self.ledger, handlers,
+            stop=stop or asyncio.Event(), on_blocked=on_blocked, batch=batch,
+        )  # fmt: skip
+
+
+def _keyword_arguments(
+    signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    arguments: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            arguments.update(value)
+        else:
+            arguments[name] = value
+    return arguments
+
+
+def _result_summary(value: Any, limit: int = 4000) -> str:
+    text = "ok" if value is None else value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

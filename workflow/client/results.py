@@ -1,0 +1,154 @@
+"""An agent's results stream: held / released / blocked events for its proposals.
+
+One ordered JetStream consumer per client, created with deliver-new *before* the client's first
+publish, so every event of a proposal this client makes reaches it, even one that arrives before
+anybody awaits it (it waits in a future keyed by proposal id). An ordered consumer also resumes
+after a reconnect from the last sequence it saw, where a core subscription would lose the
+events published meanwhile. Events of proposals made elsewhere (another process, before this
+client existed) are found by `find`, which reads the stream from a start time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from pydantic import ValidationError
+
+from workflow.messages import Blocked, Held, Released
+from workflow.subjects import Subjects
+
+log = logging.getLogger("headgate.client")
+
+Outcome = Released | Blocked
+Event = Held | Released | Blocked
+
+#: Slack between the service's clock (proposal times) and the server's (stream timestamps).
+CLOCK_SLACK = timedelta(minutes=5)
+
+
+def results_filter(subjects: Subjects, agent: str) -> str:
+    """`<prefix>.*.<agent>`: on the results stream, exactly this agent's held, released and
+    blocked subjects — the single filter the deploy permissions pin an agent's consumers to."""
+    return subjects.released(agent).replace(".released.", ".*.", 1)
+
+
+def parse_event(subjects: Subjects, msg: Msg) -> Event | None:
+    """The event in a results-stream message, or None (logged) when it is not one."""
+    try:
+        if subjects.token_after(msg.subject, "released") is not None:
+            return Released.model_validate_json(msg.data)
+        if subjects.token_after(msg.subject, "blocked") is not None:
+            return Blocked.model_validate_json(msg.data)
+        if subjects.token_after(msg.subject, "held") is not None:
+            return Held.model_validate_json(msg.data)
+    except ValidationError as exc:
+        log.warning("ignoring an invalid event on %s: %s", msg.subject, exc.errors()[0]["msg"])
+        return None
+    log.warning("ignoring a message on an unexpected subject %s", msg.subject)
+    return None
+
+
+@dataclass
+class Watch:
+    """What a client waits for about one proposal."""
+
+    first: asyncio.Future[Event]
+    outcome: asyncio.Future[Outcome]
+
+
+@dataclass
+class ResultRouter:
+    nc: NATS
+    subjects: Subjects
+    agent: str
+    watches: dict[str, Watch] = field(default_factory=dict)
+    _sub: Subscription | None = None
+
+    async def start(self) -> None:
+        js = self.nc.jetstream()
+        self._sub = await js.subscribe(
+            results_filter(self.subjects, self.agent),
+            stream=self.subjects.stream("results"),
+            ordered_consumer=True,
+            deliver_policy=DeliverPolicy.NEW,
+            cb=self._on_message,
+        )
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+            self._sub = None
+        for watch in self.watches.values():
+            for fut in (watch.first, watch.outcome):
+                if not fut.done():
+                    fut.cancel()
+        self.watches.clear()
+
+    def watch(self, proposal_id: str) -> Watch:
+        """Register interest in a proposal (before publishing it); idempotent."""
+        found = self.watches.get(proposal_id)
+        if found is None:
+            loop = asyncio.get_running_loop()
+            found = self.watches[proposal_id] = Watch(loop.create_future(), loop.create_future())
+        return found
+
+    def forget(self, proposal_id: str) -> None:
+        self.watches.pop(proposal_id, None)
+
+    def deliver(self, event: Event) -> None:
+        watch = self.watches.get(event.proposal_id)
+        if watch is None:
+            return
+        if not watch.first.done():
+            watch.first.set_result(event)
+        if not isinstance(event, Held) and not watch.outcome.done():
+            watch.outcome.set_result(event)
+
+    async def _on_message(self, msg: Msg) -> None:
+        event = parse_event(self.subjects, msg)
+        if event is not None:
+            self.deliver(event)
+
+    async def find(
+        self, proposal_id: str, since: datetime, timeout: float = 10.0
+    ) -> Outcome | None:
+        """Read this agent's results from `since` (minus clock slack) for the proposal's outcome."""
+        js = self.nc.jetstream()
+        config = ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_TIME,
+            opt_start_time=since - CLOCK_SLACK,
+        )
+        sub = await js.subscribe(
+            results_filter(self.subjects, self.agent),
+            stream=self.subjects.stream("results"),
+            ordered_consumer=True,
+            config=config,
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            while loop.time() < deadline:
+                try:
+                    msg = await sub.next_msg(timeout=min(0.5, max(deadline - loop.time(), 0.01)))
+                except NatsTimeoutError:
+                    return None  # a new consumer delivers at once: silence means nothing left
+                event = parse_event(self.subjects, msg)
+                if event is not None and not isinstance(event, Held):
+                    if event.proposal_id == proposal_id:
+                        return event
+                if msg.metadata.num_pending == 0:
+                    return None
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        return None
