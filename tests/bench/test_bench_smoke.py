@@ -1,0 +1,68 @@
+"""`headgate bench` on a tiny load: it runs end to end and its JSON has sane fields.
+
+No timing thresholds: the figures depend on the machine. This checks that every phase ran,
+nothing was lost, the outcomes were the expected ones and the summary is complete.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from workflow.cli.bench import bench
+
+PHASES = ("relay_max", "reads_max", "mix_max", "relay_rate", "mix_rate")
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    app = typer.Typer()
+    app.command()(bench)
+    result = CliRunner().invoke(
+        app,
+        ["--json", "--count", "300", "--rounds", "1", "--rate", "400", "--warmup", "50"],
+    )
+    assert result.exit_code == 0, result.output
+    start = result.stdout.index("{")
+    return json.loads(result.stdout[start:])  # type: ignore[no-any-return]
+
+
+def test_every_phase_ran_and_lost_nothing(report: dict[str, Any]) -> None:
+    (only,) = report["rounds"]
+    for name in PHASES:
+        phase = only[name]
+        assert (phase["published"], phase["completed"], phase["lost"]) == (300, 300, 0), name
+
+
+def test_outcomes_were_the_expected_ones(report: dict[str, Any]) -> None:
+    (only,) = report["rounds"]
+    assert [only[name]["unexpected"] for name in PHASES] == [0] * len(PHASES)
+
+
+def test_headgate_latencies_cover_every_kind(report: dict[str, Any]) -> None:
+    hg = report["summary"]["headgate"]
+    for kind in ("read_latency_ms", "approved_latency_ms", "held_latency_ms", "denied_latency_ms"):
+        lat = hg[kind]
+        assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"], kind
+
+
+def test_relay_baseline_is_measured(report: dict[str, Any]) -> None:
+    relay = report["summary"]["relay"]
+    assert relay["throughput"] > 0
+    assert relay["latency_ms"]["p50"] > 0
+
+
+def test_ratios_and_resources_are_reported(report: dict[str, Any]) -> None:
+    s = report["summary"]
+    assert all(s["ratios"][k] > 0 for k in ("read_throughput", "mix_throughput", "read_p50"))
+    assert s["headgate"]["cpu_s_per_1000"] > 0
+    assert report["service_peak_rss_mb"] > 0
+
+
+def test_the_bot_approved_every_held_call(report: dict[str, Any]) -> None:
+    assert report["bot"]["errors"] == 0
+    assert report["bot"]["decisions_sent"] > 0
