@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,3 +34,57 @@ def fresh_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
     server.start()
     yield server
     server.stop()
+
+
+PG_URL = os.environ.get(
+    "HEADGATE_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+)
+
+
+def _pg_dsn(url: str) -> str:
+    return url.replace("postgresql+asyncpg://", "postgresql://", 1)
+
+
+async def _pg_admin(sql: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(_pg_dsn(PG_URL), timeout=3)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_available() -> str | None:
+    """None when PostgreSQL answers, else why not."""
+    try:
+        asyncio.run(_pg_admin("SELECT 1"))
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(
+    request: pytest.FixtureRequest, tmp_path: Path, postgres_available: str | None
+) -> Iterator[str]:
+    """Each store/flow test runs on SQLite and on a fresh PostgreSQL database of its own."""
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'headgate.db'}"
+        return
+    if postgres_available is not None:
+        message = (
+            f"PostgreSQL is not reachable at {PG_URL} ({postgres_available}); set "
+            "HEADGATE_TEST_POSTGRES_URL to run the PostgreSQL variants"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    name = f"hg_test_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_pg_admin(f'CREATE DATABASE "{name}"'))
+    base, _, _ = PG_URL.rpartition("/")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

@@ -19,8 +19,8 @@ from tests.service.helpers import (
 )
 
 
-async def test_read_is_released_at_once(nats_url: str, tmp_path: Path) -> None:
-    async with running_service(nats_url, tmp_path) as h:
+async def test_read_is_released_at_once(nats_url: str, tmp_path: Path, database_url: str) -> None:
+    async with running_service(nats_url, tmp_path, database_url=database_url) as h:
         pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "README.md"})
         (released,) = await h.observer.wait_for("released", pid, timeout=2)
         assert released["tool"] == "read_file"
@@ -29,9 +29,9 @@ async def test_read_is_released_at_once(nats_url: str, tmp_path: Path) -> None:
 
 
 async def test_write_file_is_held_then_released_once_after_approval(
-    nats_url: str, tmp_path: Path
+    nats_url: str, tmp_path: Path, database_url: str
 ) -> None:
-    async with running_service(nats_url, tmp_path) as h:
+    async with running_service(nats_url, tmp_path, database_url=database_url) as h:
         pid = await propose(h.nc, h.subjects, tool="write_file", arguments={"path": "a.txt"})
         (item,) = await h.observer.wait_for("inbox", pid)
         assert h.observer.of("released", pid) == []
@@ -43,8 +43,10 @@ async def test_write_file_is_held_then_released_once_after_approval(
         assert released["request_id"] == item["request_id"]
 
 
-async def test_reject_blocks_the_call_as_rejected(nats_url: str, tmp_path: Path) -> None:
-    async with running_service(nats_url, tmp_path) as h:
+async def test_reject_blocks_the_call_as_rejected(
+    nats_url: str, tmp_path: Path, database_url: str
+) -> None:
+    async with running_service(nats_url, tmp_path, database_url=database_url) as h:
         pid = await propose(h.nc, h.subjects, tool="write_file", arguments={"path": "a.txt"})
         (item,) = await h.observer.wait_for("inbox", pid)
         d = decision(
@@ -57,8 +59,10 @@ async def test_reject_blocks_the_call_as_rejected(nats_url: str, tmp_path: Path)
         assert h.observer.of("released", pid) == []
 
 
-async def test_destructive_call_is_denied_with_the_reason(nats_url: str, tmp_path: Path) -> None:
-    async with running_service(nats_url, tmp_path) as h:
+async def test_destructive_call_is_denied_with_the_reason(
+    nats_url: str, tmp_path: Path, database_url: str
+) -> None:
+    async with running_service(nats_url, tmp_path, database_url=database_url) as h:
         pid = await propose(h.nc, h.subjects, tool="delete_file", arguments={"path": "a.txt"})
         (blocked,) = await h.observer.wait_for("blocked", pid)
         assert blocked["outcome"] == "denied"
@@ -66,8 +70,12 @@ async def test_destructive_call_is_denied_with_the_reason(nats_url: str, tmp_pat
         assert h.observer.of("inbox", pid) == []
 
 
-async def test_held_request_expires_when_its_ttl_passes(nats_url: str, tmp_path: Path) -> None:
-    async with running_service(nats_url, tmp_path, default_ttl=1, sweep_interval=0.2) as h:
+async def test_held_request_expires_when_its_ttl_passes(
+    nats_url: str, tmp_path: Path, database_url: str
+) -> None:
+    async with running_service(
+        nats_url, tmp_path, database_url=database_url, default_ttl=1, sweep_interval=0.2
+    ) as h:
         pid = await propose(h.nc, h.subjects, tool="write_file", arguments={"path": "a.txt"})
         await h.observer.wait_for("inbox", pid)
         (blocked,) = await h.observer.wait_for("blocked", pid, timeout=5)
@@ -76,14 +84,18 @@ async def test_held_request_expires_when_its_ttl_passes(nats_url: str, tmp_path:
 
 
 async def test_request_expires_even_when_the_service_was_down_at_expiry(
-    nats_url: str, tmp_path: Path
+    nats_url: str, tmp_path: Path, database_url: str
 ) -> None:
     prefix = unique_prefix()
-    async with running_service(nats_url, tmp_path, prefix=prefix, default_ttl=1) as h:
+    async with running_service(
+        nats_url, tmp_path, database_url=database_url, prefix=prefix, default_ttl=1
+    ) as h:
         pid = await propose(h.nc, h.subjects, tool="write_file", arguments={"path": "a.txt"})
         await h.observer.wait_for("inbox", pid)
     await asyncio.sleep(1.5)  # the TTL passes while nothing runs
-    async with running_service(nats_url, tmp_path, prefix=prefix, sweep_interval=0.2) as h:
+    async with running_service(
+        nats_url, tmp_path, database_url=database_url, prefix=prefix, sweep_interval=0.2
+    ) as h:
         history = await h.service_history(pid)
         if history["status"] != "expired":
             (blocked,) = await h.observer.wait_for("blocked", pid, timeout=5)
@@ -92,9 +104,9 @@ async def test_request_expires_even_when_the_service_was_down_at_expiry(
 
 
 async def test_the_same_proposal_published_twice_has_one_outcome(
-    nats_url: str, tmp_path: Path
+    nats_url: str, tmp_path: Path, database_url: str
 ) -> None:
-    async with running_service(nats_url, tmp_path) as h:
+    async with running_service(nats_url, tmp_path, database_url=database_url) as h:
         pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
         await h.observer.wait_for("released", pid)
         # The server drops the second publish (same Nats-Msg-Id); a publish without the header
@@ -114,9 +126,9 @@ async def test_the_same_proposal_published_twice_has_one_outcome(
 
 
 async def test_a_reused_id_with_different_content_is_dead_lettered(
-    nats_url: str, tmp_path: Path
+    nats_url: str, tmp_path: Path, database_url: str
 ) -> None:
-    async with running_service(nats_url, tmp_path) as h:
+    async with running_service(nats_url, tmp_path, database_url=database_url) as h:
         pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
         await h.observer.wait_for("released", pid)
         await h.nc.jetstream().publish(
@@ -131,13 +143,13 @@ async def test_a_reused_id_with_different_content_is_dead_lettered(
 
 
 async def test_pending_requests_survive_a_restart_and_can_be_approved(
-    nats_url: str, tmp_path: Path
+    nats_url: str, tmp_path: Path, database_url: str
 ) -> None:
     prefix = unique_prefix()
-    async with running_service(nats_url, tmp_path, prefix=prefix) as h:
+    async with running_service(nats_url, tmp_path, database_url=database_url, prefix=prefix) as h:
         pid = await propose(h.nc, h.subjects, tool="write_file", arguments={"path": "a.txt"})
         (item,) = await h.observer.wait_for("inbox", pid)
-    async with running_service(nats_url, tmp_path, prefix=prefix) as h:
+    async with running_service(nats_url, tmp_path, database_url=database_url, prefix=prefix) as h:
         assert (await h.service_history(pid))["status"] == "pending"
         await send_decision(
             h.nc, h.subjects, decision(h.key, item["request_id"], item["proposal_digest"])
@@ -162,9 +174,9 @@ async def test_pending_requests_survive_a_restart_and_can_be_approved(
     ],
 )
 async def test_bad_proposals_go_to_the_dead_letter_subject_with_the_error(
-    nats_url: str, tmp_path: Path, payload: bytes, error: str
+    nats_url: str, tmp_path: Path, database_url: str, payload: bytes, error: str
 ) -> None:
-    async with running_service(nats_url, tmp_path) as h:
+    async with running_service(nats_url, tmp_path, database_url=database_url) as h:
         await h.nc.jetstream().publish(h.subjects.proposals("agent-1"), payload)
         (dead,) = await h.observer.wait_for("dead")
         assert error in dead["error"]
@@ -175,9 +187,9 @@ async def test_bad_proposals_go_to_the_dead_letter_subject_with_the_error(
 
 
 async def test_a_decision_for_an_unknown_request_is_refused_and_recorded(
-    nats_url: str, tmp_path: Path
+    nats_url: str, tmp_path: Path, database_url: str
 ) -> None:
-    async with running_service(nats_url, tmp_path) as h:
+    async with running_service(nats_url, tmp_path, database_url=database_url) as h:
         d = decision(h.key, "rq_doesnotexist", "0" * 64)
         await send_decision(h.nc, h.subjects, d)
         pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
@@ -189,9 +201,9 @@ async def test_a_decision_for_an_unknown_request_is_refused_and_recorded(
 
 
 async def test_a_message_is_not_acked_until_its_effects_are_committed(
-    nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    nats_url: str, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with running_service(nats_url, tmp_path) as h:
+    async with running_service(nats_url, tmp_path, database_url=database_url) as h:
         store = h.service.ctx.store  # type: ignore[union-attr]
         real = store.record_intake
         calls = 0

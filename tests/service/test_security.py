@@ -217,9 +217,9 @@ async def test_a_decision_after_expiry_releases_nothing(nats_url: str, tmp_path:
 
 
 async def test_two_approvals_racing_from_two_connections_release_exactly_once(
-    nats_url: str, tmp_path: Path
+    nats_url: str, tmp_path: Path, database_url: str
 ) -> None:
-    async with guarded(nats_url, tmp_path, quorum=1) as h:
+    async with guarded(nats_url, tmp_path, quorum=1, database_url=database_url) as h:
         pid, item = await held_write(h)
         a = decision(KEYS["alice"], item["request_id"], item["proposal_digest"])
         b = decision(KEYS["bob"], item["request_id"], item["proposal_digest"])

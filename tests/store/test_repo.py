@@ -1,0 +1,147 @@
+"""The repository on SQLite and PostgreSQL: migrations, idempotent writes, the audit chain."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, text, update
+
+from workflow.classify.engine import classify
+from workflow.messages import Proposal
+from workflow.policy.engine import evaluate
+from workflow.policy.model import default_policy
+from workflow.service.routing import route
+from workflow.store.audit import AuditEntry
+from workflow.store.db import MIGRATIONS, migrate
+from workflow.store.repo import AUDIT, ConcurrentUpdate, IntakeRecord, StepWrite, Store
+from workflow.subjects import Subjects
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+SUBJECTS = Subjects("headgate")
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    s = await Store.open(database_url)
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+def record(pid: str, tool: str = "write_file", path: str = "a.txt") -> IntakeRecord:
+    proposal = Proposal(id=pid, agent="agent-1", tool=tool, arguments={"path": path})
+    policy = default_policy()
+    c = classify(proposal, policy.classifier_tables())
+    return route(
+        SUBJECTS, proposal, proposal.model_dump_json(), c, evaluate(proposal, c, policy), NOW
+    )
+
+
+async def test_migrations_run_once_and_are_recorded(store: Store) -> None:
+    assert await migrate(store.engine) == len(MIGRATIONS)
+    async with store.engine.connect() as conn:
+        versions = (await conn.execute(text("SELECT version FROM schema_version"))).scalars()
+        assert list(versions) == list(range(1, len(MIGRATIONS) + 1))
+
+
+async def test_recording_the_same_proposal_twice_keeps_one_and_reports_the_digest(
+    store: Store,
+) -> None:
+    first = await store.record_intake([record("p1")], NOW)
+    assert first.new == {"p1"}
+    again = await store.record_intake([record("p1"), record("p2")], NOW)
+    assert again.new == {"p2"}
+    assert again.existing_digests == {"p1": record("p1").proposal["digest"]}
+    assert [e.msg_id for e in await store.events_for(["p1"])] == [
+        "inbox:" + str((record("p1").request or {})["request_id"]),
+        "held:p1",
+    ]
+
+
+async def test_a_stale_version_cannot_change_a_request(store: Store) -> None:
+    rec = record("p1")
+    await store.record_intake([rec], NOW)
+    loaded = await store.load_request("p1")
+    assert loaded is not None
+    held, version = loaded
+    write = StepWrite(request_id=held.request_id, expected_version=version, new_state="rejected")
+    assert await store.commit_step(write, NOW)
+    with pytest.raises(ConcurrentUpdate):
+        await store.commit_step(
+            StepWrite(request_id=held.request_id, expected_version=version, new_state="approved"),
+            NOW,
+        )
+    again = await store.load_request(held.request_id)
+    assert again is not None
+    assert again[0].state == "rejected"
+
+
+async def test_due_requests_are_those_past_their_expiry(store: Store) -> None:
+    await store.record_intake([record("p1")], NOW)
+    assert await store.due_requests(NOW) == []
+    due = await store.due_requests(NOW + timedelta(hours=2))
+    assert [h.proposal_id for h, _ in due] == ["p1"]
+
+
+async def test_unpublished_events_are_found_until_marked(store: Store) -> None:
+    await store.record_intake([record("p1", tool="read_file")], NOW)
+    pending = await store.unpublished(NOW + timedelta(seconds=1))
+    assert [e.msg_id for e in pending] == ["released:p1"]
+    await store.mark_published(["released:p1"])
+    assert await store.unpublished(NOW + timedelta(seconds=1)) == []
+
+
+async def test_the_audit_chain_verifies_and_detects_an_altered_record(store: Store) -> None:
+    await store.record_intake([record(f"p{i}") for i in range(5)], NOW)
+    await store.append_audit([AuditEntry("note", "tester", {"n": 1})], NOW)
+    ok = await store.verify_audit(batch=3)
+    assert ok.ok
+    assert ok.checked == 11
+    async with store.engine.begin() as conn:
+        await conn.execute(update(AUDIT).where(AUDIT.c.seq == 4).values(actor="someone-else"))
+    broken = await store.verify_audit()
+    assert not broken.ok
+    assert broken.first_bad_seq == 4
+    assert "altered" in broken.problem
+
+
+async def test_the_audit_chain_detects_a_removed_record(store: Store) -> None:
+    await store.record_intake([record(f"p{i}") for i in range(3)], NOW)
+    async with store.engine.begin() as conn:
+        await conn.execute(AUDIT.delete().where(AUDIT.c.seq == 2))
+    broken = await store.verify_audit()
+    assert not broken.ok
+    assert broken.first_bad_seq == 3
+
+
+async def test_the_audit_chain_detects_records_cut_from_the_end(store: Store) -> None:
+    await store.record_intake([record(f"p{i}") for i in range(3)], NOW)
+    async with store.engine.begin() as conn:
+        last = (await conn.execute(select(AUDIT.c.seq).order_by(AUDIT.c.seq.desc()))).first()
+        assert last is not None
+        await conn.execute(AUDIT.delete().where(AUDIT.c.seq == last.seq))
+    broken = await store.verify_audit()
+    assert not broken.ok
+    assert "removed from the end" in broken.problem
+
+
+async def test_audit_verify_command_reports_tampering(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'headgate.db'}"
+    s = await Store.open(url)
+    await s.record_intake([record("p1"), record("p2")], NOW)
+    run = [sys.executable, "-m", "workflow", "audit", "verify", "--data-dir", str(tmp_path)]
+    good = subprocess.run(run, capture_output=True, text=True, check=False)
+    assert good.returncode == 0, good.stderr
+    assert "intact" in good.stdout
+    async with s.engine.begin() as conn:
+        await conn.execute(update(AUDIT).where(AUDIT.c.seq == 2).values(data='{"forged":true}'))
+    await s.close()
+    bad = subprocess.run(run, capture_output=True, text=True, check=False)
+    assert bad.returncode == 1
+    assert "broken at record 2" in bad.stdout
