@@ -24,7 +24,14 @@ from workflow.client import transport
 from workflow.client.errors import NoLedger, NotProcessed, ResultTimeout, ToolBlocked
 from workflow.client.ledger import Ledger
 from workflow.client.results import Event, Outcome, ResultRouter
-from workflow.client.worker import BlockedHandler, Handler, WorkerStats, report_execution, work
+from workflow.client.worker import (
+    ACK_WAIT,
+    BlockedHandler,
+    Handler,
+    WorkerStats,
+    report_execution,
+    work,
+)
 from workflow.messages import (
     Blocked,
     Cancel,
@@ -341,17 +348,20 @@ class Headgate:
         stop: asyncio.Event | None = None,
         on_blocked: BlockedHandler | None = None,
         batch: int = 16,
+        ack_wait: float = ACK_WAIT,
     ) -> WorkerStats:
         """Run each released call of this agent's queue exactly once, until `stop` is set.
 
         Reads the durable consumer `agent-<agent>`, so releases that arrived while no worker ran
         are executed when one starts. See `workflow.client.worker` for the guarantees.
+        `ack_wait` is also how long the releases a killed worker had fetched wait before the
+        next worker gets them.
         """
         if self.ledger is None:
             raise NoLedger()
         return await work(
             self.nc, self.subjects, self.agent, self.ledger, handlers,
-            stop=stop or asyncio.Event(), on_blocked=on_blocked, batch=batch,
+            stop=stop or asyncio.Event(), on_blocked=on_blocked, batch=batch, ack_wait=ack_wait,
         )  # fmt: skip
 
 

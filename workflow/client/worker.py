@@ -45,8 +45,10 @@ log = logging.getLogger("headgate.client.worker")
 Handler = Callable[..., Awaitable[Any]]
 BlockedHandler = Callable[[Blocked], Awaitable[None] | None]
 
-#: Redelivery after this long without an ack; a running handler keeps extending it.
-ACK_WAIT = 60.0
+#: Redelivery after this long without an ack; while a batch is being worked through, its
+#: messages are kept in progress. It is also how long the releases a killed worker had fetched
+#: wait before a new worker gets them.
+ACK_WAIT = 30.0
 SUMMARY_LIMIT = 4000
 UNKNOWN = (
     "outcome unknown: the worker stopped while this call ran, so it may or may not have taken "
@@ -60,6 +62,9 @@ class WorkerStats:
     failed: int = 0
     unknown: int = 0
     blocked: int = 0
+    #: Releases and blocks of calls the ledger had already settled (redeliveries): not re-run.
+    repeated: int = 0
+    #: Events of calls this ledger did not queue (interactive tickets, other queues).
     ignored: int = 0
 
 
@@ -67,14 +72,14 @@ def consumer_name(agent: str) -> str:
     return f"agent-{agent}"
 
 
-def consumer_config(subjects: Subjects, agent: str) -> ConsumerConfig:
+def consumer_config(subjects: Subjects, agent: str, ack_wait: float = ACK_WAIT) -> ConsumerConfig:
     return ConsumerConfig(
         name=consumer_name(agent),
         durable_name=consumer_name(agent),
         filter_subject=results_filter(subjects, agent),
         deliver_policy=DeliverPolicy.ALL,
         ack_policy=AckPolicy.EXPLICIT,
-        ack_wait=ACK_WAIT,
+        ack_wait=ack_wait,
         max_deliver=-1,  # a release is never dropped by the server
         max_ack_pending=1000,
     )
@@ -120,6 +125,7 @@ class Worker:
 
     async def _blocked(self, event: Blocked, entry: Entry) -> None:
         if entry.state != "queued":
+            self.stats.repeated += 1
             return
         if self.on_blocked is not None:
             result = self.on_blocked(event)  # at least once: before the ledger records it
@@ -140,7 +146,9 @@ class Worker:
             self.ledger.mark_unknown(event.proposal_id, UNKNOWN)
             self.stats.unknown += 1
             log.warning("release %s: %s", event.release_id, UNKNOWN)
-        elif entry.state not in ("finished", "unknown"):
+        elif entry.state in ("finished", "unknown"):
+            self.stats.repeated += 1
+        else:
             return
         done = self.ledger.get(event.proposal_id)
         assert done is not None, "the row was just settled"
@@ -153,30 +161,43 @@ class Worker:
         handler = self.handlers.get(event.tool)
         if handler is None:
             return False, f"no handler for tool {event.tool!r} in this worker; it did not run."
-        keepalive = asyncio.create_task(_keep_in_progress(msg))
         try:
             value = await handler(**event.arguments)
         except Exception as exc:
             log.info("release %s: %s failed: %s", event.release_id, event.tool, exc)
             return False, _shorten(f"{type(exc).__name__}: {exc}")
-        finally:
-            keepalive.cancel()
         text = "ok" if value is None else value if isinstance(value, str) else repr(value)
         return True, _shorten(text)
 
 
-async def _keep_in_progress(msg: Msg) -> None:
-    """Extend the ack deadline while a handler runs, so a long call is not redelivered."""
+async def _keep_in_progress(waiting: list[Msg], every: float) -> None:
+    """Extend the ack deadline of the fetched messages not settled yet (a long handler holds
+    up the rest of its batch), so none is redelivered while this worker still has it."""
     while True:
-        await asyncio.sleep(ACK_WAIT / 3)
+        await asyncio.sleep(every)
+        for msg in list(waiting):
+            with contextlib.suppress(Exception):
+                await msg.in_progress()
+
+
+async def _settle(worker: Worker, msg: Msg, stop: asyncio.Event) -> None:
+    if stop.is_set():
+        await msg.nak()  # hand it back at once rather than after ack_wait
+        return
+    try:
+        await worker.handle(msg)
+    except Exception:
+        # Nothing runs twice: the ledger holds the state and the redelivery settles it.
+        log.exception("release message %s not settled; it will be redelivered",
+                      msg.metadata.sequence.stream)  # fmt: skip
         with contextlib.suppress(Exception):
-            await msg.in_progress()
+            await msg.nak(delay=1.0)
 
 
 async def work(
     nc: NATS, subjects: Subjects, agent: str, ledger: Ledger, handlers: Mapping[str, Handler],
     *, stop: asyncio.Event, on_blocked: BlockedHandler | None, batch: int = 16,
-    poll: float = 0.5,
+    poll: float = 0.5, ack_wait: float = ACK_WAIT,
 ) -> WorkerStats:  # fmt: skip
     """Consume `agent-<agent>` until `stop` is set; see the module docstring."""
     ledger.take_worker_lock()
@@ -185,7 +206,7 @@ async def work(
     js = nc.jetstream()
     stream = subjects.stream("results")
     # Create or update the durable (the server applies a changed config to an existing one).
-    await js.add_consumer(stream, config=consumer_config(subjects, agent))
+    await js.add_consumer(stream, config=consumer_config(subjects, agent, ack_wait))
     sub = await js.pull_subscribe_bind(durable=consumer_name(agent), stream=stream)
     try:
         while not stop.is_set():
@@ -193,19 +214,14 @@ async def work(
                 msgs = await sub.fetch(batch, timeout=poll)
             except NatsTimeoutError:
                 continue
-            for i, msg in enumerate(msgs):
-                if stop.is_set():
-                    for rest in msgs[i:]:  # hand them back at once rather than after ack_wait
-                        await rest.nak()
-                    break
-                try:
-                    await worker.handle(msg)
-                except Exception:
-                    # Nothing ran twice: the ledger holds the state; the redelivery settles it.
-                    log.exception("release message %s not settled; it will be redelivered",
-                                  msg.metadata.sequence.stream)  # fmt: skip
-                    with contextlib.suppress(Exception):
-                        await msg.nak(delay=1.0)
+            waiting = list(msgs)
+            keepalive = asyncio.create_task(_keep_in_progress(waiting, ack_wait / 3))
+            try:
+                while waiting:
+                    await _settle(worker, waiting[0], stop)
+                    waiting.pop(0)
+            finally:
+                keepalive.cancel()
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
