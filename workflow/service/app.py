@@ -22,7 +22,7 @@ from workflow.service.collector import Collector
 from workflow.service.context import ServiceContext
 from workflow.service.embedded import EmbeddedNats
 from workflow.service.intake import Intake
-from workflow.service.runner import PullStage
+from workflow.service.runner import PullStage, RetryPolicy
 from workflow.service.streams import ensure_streams, service_consumers
 from workflow.signing import ApproverKey
 from workflow.store.audit import AuditEntry
@@ -48,6 +48,7 @@ class Settings:
     sweep_interval: float = 1.0
     republish_interval: float = 5.0
     connect_timeout: float = 60.0
+    retry_base_delay: float = 1.0
     nats_user: str | None = None
     nats_password: str | None = None
     nats_creds: str | None = None
@@ -167,7 +168,9 @@ class Service:
             await store.close()
             self._stop_embedded()
             raise HeadgateError(f"cannot create the JetStream streams: {exc}") from exc
-        self.ctx = ctx = ServiceContext(nc, js, store, self.subjects, policy)
+        self.ctx = ctx = ServiceContext(
+            nc, js, store, self.subjects, policy, retry=RetryPolicy(base_delay=s.retry_base_delay)
+        )
         await store.append_audit(
             [AuditEntry("service.start", "headgate", {"policy_revision": policy.revision})],
             ctx.now(),

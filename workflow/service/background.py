@@ -109,7 +109,7 @@ class Auditor:
             except ValidationError as exc:
                 await self.ctx.dead("auditor", msg, f"invalid execution report: {exc.errors()[0]}")
             except Exception as exc:
-                await settle_failure(msg, str(exc), self._dead)
+                await settle_failure(msg, str(exc), self._dead, self.ctx.retry)
 
     async def _dead(self, msg: Msg, error: str) -> None:
         await self.ctx.dead("auditor", msg, error)

@@ -84,7 +84,7 @@ class Collector:
                 await self.ctx.dead(STAGE, msg, str(exc))
             except Exception as exc:
                 log.warning("collector: %s failed (%s); will retry", msg.subject, exc)
-                await settle_failure(msg, str(exc), self._dead)
+                await settle_failure(msg, str(exc), self._dead, self.ctx.retry)
 
     async def _dead(self, msg: Msg, error: str) -> None:
         await self.ctx.dead(STAGE, msg, error)

@@ -12,7 +12,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from workflow.policy.model import Policy
-from workflow.service.runner import dead_letter_event, publish_events
+from workflow.service.runner import DEFAULT_RETRY, RetryPolicy, dead_letter_event, publish_events
 from workflow.store.repo import OutboxEvent, Store
 from workflow.subjects import Subjects
 
@@ -26,6 +26,7 @@ class ServiceContext:
     store: Store
     subjects: Subjects
     policy: Policy
+    retry: RetryPolicy = DEFAULT_RETRY
     dead_letters: int = 0
     counters: dict[str, int] = field(default_factory=dict)
 

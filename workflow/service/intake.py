@@ -66,17 +66,19 @@ class Intake:
                 # Same server kind and definition as a reviewed tool: its review applies here.
                 record.audit.append(
                     AuditEntry(
-                        kind="classification.inherited", actor=SERVICE_ACTOR,
+                        kind="classification.inherited",
+                        actor=SERVICE_ACTOR,
                         proposal_id=proposal.id,
-                        data={"tool": proposal.tool, "from": match.name,
-                              "fingerprint": match.fingerprint},
+                        data={
+                            "tool": proposal.tool,
+                            "from": match.name,
+                            "fingerprint": match.fingerprint,
+                        },
                     )
-                )  # fmt: skip
+                )
         return record
 
     async def __call__(self, msgs: Sequence[Msg]) -> None:
-        ctx = self.ctx
-        records: list[IntakeRecord] = []
         good: list[tuple[Msg, IntakeRecord]] = []
         bad: list[tuple[Msg, str]] = []
         for msg in msgs:
@@ -84,58 +86,80 @@ class Intake:
                 outcome = self._evaluate(msg)
             except Exception as exc:  # a bug must not lose the message: retry, then dead-letter
                 log.exception("intake: unexpected error on %s", msg.subject)
-                await settle_failure(msg, f"internal error: {exc!r}", self._dead)
+                await settle_failure(msg, f"internal error: {exc!r}", self._dead, self.ctx.retry)
                 continue
             if isinstance(outcome, str):
                 bad.append((msg, outcome))
             else:
-                records.append(outcome)
                 good.append((msg, outcome))
-
-        events: list[OutboxEvent] = []
-        if records:
-            try:
-                result = await ctx.store.record_intake(records, ctx.now())
-            except Exception as exc:
-                log.warning("intake: database write failed (%s); will retry", exc)
-                for msg, _ in good:
-                    await settle_failure(msg, f"database write failed: {exc}", self._dead)
-                records, good = [], []
-            else:
-                seen: set[str] = set()
-                republish: list[str] = []
-                for msg, rec in good:
-                    if rec.id in seen:
-                        continue
-                    seen.add(rec.id)
-                    if rec.id in result.new:
-                        events.extend(rec.events)
-                    elif result.existing_digests.get(rec.id) == rec.proposal["digest"]:
-                        republish.append(rec.id)  # a redelivery or a duplicate publish
-                    else:
-                        bad.append((msg, f"proposal id {rec.id!r} was already used for a "
-                                         "different proposal; an edited proposal needs a new id"))
-                        good = [(m, r) for m, r in good if m is not msg]
-                ctx.count("proposals.new", len(result.new))
-                ctx.count("proposals.duplicate", len(republish))
-                if republish:
-                    events.extend(await ctx.store.events_for(republish))
+        good, events = await self._commit(good, bad)
         try:
-            await ctx.publish(events)
+            await self.ctx.publish(events)
         except Exception as exc:
             # Effects are committed; the events stay in the outbox. Redelivery re-publishes them.
             log.warning("intake: publishing results failed (%s); will retry", exc)
-            for msg, _ in good:
-                await settle_failure(msg, f"publishing results failed: {exc}", self._dead)
+            await self._retry(good, f"publishing results failed: {exc}")
             good = []
         for msg, _ in good:
             await msg.ack()
         for msg, error in bad:
             try:
-                await ctx.dead(STAGE, msg, error)
+                await self.ctx.dead(STAGE, msg, error)
             except Exception as exc:
                 log.warning("intake: dead-lettering failed (%s); will retry", exc)
                 await msg.nak(delay=1.0)
+
+    async def _commit(
+        self, good: list[tuple[Msg, IntakeRecord]], bad: list[tuple[Msg, str]]
+    ) -> tuple[list[tuple[Msg, IntakeRecord]], list[OutboxEvent]]:
+        """Write the batch in one transaction; returns the messages to ack and events to send.
+
+        A proposal id seen before with the same digest is a redelivery or a duplicate publish:
+        its stored events are sent again (JetStream drops them as duplicates if they arrived).
+        The same id with another digest is a conflict and goes to `bad`.
+        """
+        ctx = self.ctx
+        if not good:
+            return good, []
+        try:
+            result = await ctx.store.record_intake([rec for _, rec in good], ctx.now())
+        except Exception as exc:
+            log.warning("intake: database write failed (%s); will retry", exc)
+            await self._retry(good, f"database write failed: {exc}")
+            return [], []
+        events: list[OutboxEvent] = []
+        digests: dict[str, str] = {}
+        republish: list[str] = []
+        keep: list[tuple[Msg, IntakeRecord]] = []
+        for msg, rec in good:
+            digest = str(rec.proposal["digest"])
+            first = rec.id not in digests
+            digests.setdefault(rec.id, digest)
+            stored = digest if rec.id in result.new else result.existing_digests.get(rec.id)
+            if stored != digest or digests[rec.id] != digest:
+                bad.append(
+                    (
+                        msg,
+                        f"proposal id {rec.id!r} was already used for a different "
+                        "proposal; an edited proposal needs a new id",
+                    )
+                )
+                continue
+            keep.append((msg, rec))
+            if first:
+                if rec.id in result.new:
+                    events.extend(rec.events)
+                else:
+                    republish.append(rec.id)
+        ctx.count("proposals.new", len(result.new))
+        ctx.count("proposals.duplicate", len(republish))
+        if republish:
+            events.extend(await ctx.store.events_for(republish))
+        return keep, events
+
+    async def _retry(self, good: Sequence[tuple[Msg, IntakeRecord]], error: str) -> None:
+        for msg, _ in good:
+            await settle_failure(msg, error, self._dead, self.ctx.retry)
 
     async def _dead(self, msg: Msg, error: str) -> None:
         await self.ctx.dead(STAGE, msg, error)

@@ -123,12 +123,20 @@ def route(
     }[verdict.decision]
     record = IntakeRecord(
         proposal={
-            "id": proposal.id, "agent": proposal.agent, "workspace": proposal.workspace,
-            "tool": proposal.tool, "digest": digest, "risk_class": classification.risk_class,
-            "severity": classification.severity, "decision": verdict.decision, "status": status,
-            "payload": payload, "classification": classification.model_dump_json(),
-            "verdict": verdict.model_dump_json(), "received_at": now,
-        }  # fmt: skip
+            "id": proposal.id,
+            "agent": proposal.agent,
+            "workspace": proposal.workspace,
+            "tool": proposal.tool,
+            "digest": digest,
+            "risk_class": classification.risk_class,
+            "severity": classification.severity,
+            "decision": verdict.decision,
+            "status": status,
+            "payload": payload,
+            "classification": classification.model_dump_json(),
+            "verdict": verdict.model_dump_json(),
+            "received_at": now,
+        }
     )
     record.audit.append(
         AuditEntry(
@@ -146,21 +154,32 @@ def route(
     if verdict.decision is Decision.ALLOW:
         event = released_event(subjects, proposal, digest, classification, verdict, (), now)
         record.outcome = {
-            "proposal_id": proposal.id, "outcome": "released",
-            "release_id": release_id_for(proposal.id), "reason": verdict.reason, "at": now,
-        }  # fmt: skip
+            "proposal_id": proposal.id,
+            "outcome": "released",
+            "release_id": release_id_for(proposal.id),
+            "reason": verdict.reason,
+            "at": now,
+        }
         record.events.append(event)
         record.audit.append(_event_audit("released", proposal.id, None, verdict.reason))
     elif verdict.decision is Decision.DENY:
         record.outcome = {
-            "proposal_id": proposal.id, "outcome": "denied", "release_id": None,
-            "reason": verdict.reason, "at": now,
-        }  # fmt: skip
+            "proposal_id": proposal.id,
+            "outcome": "denied",
+            "release_id": None,
+            "reason": verdict.reason,
+            "at": now,
+        }
         record.events.append(
             blocked_event(
-                subjects, proposal, "denied", verdict.reason, now,
-                classification=classification, verdict=verdict,
-            )  # fmt: skip
+                subjects,
+                proposal,
+                "denied",
+                verdict.reason,
+                now,
+                classification=classification,
+                verdict=verdict,
+            )
         )
         record.audit.append(_event_audit("blocked", proposal.id, None, verdict.reason, "denied"))
     else:
@@ -179,11 +198,18 @@ def route(
             expires_at=expires_at,
         )
         record.request = {
-            "request_id": request_id, "proposal_id": proposal.id, "agent": proposal.agent,
-            "workspace": proposal.workspace, "digest": digest,
-            "requirement": verdict.requirement.model_dump_json(), "state": "pending",
-            "version": 0, "created_at": now, "expires_at": expires_at, "closed_at": None,
-        }  # fmt: skip
+            "request_id": request_id,
+            "proposal_id": proposal.id,
+            "agent": proposal.agent,
+            "workspace": proposal.workspace,
+            "digest": digest,
+            "requirement": verdict.requirement.model_dump_json(),
+            "state": "pending",
+            "version": 0,
+            "created_at": now,
+            "expires_at": expires_at,
+            "closed_at": None,
+        }
         record.events.append(
             OutboxEvent(
                 msg_id=f"inbox:{request_id}",
@@ -197,14 +223,20 @@ def route(
                 msg_id=f"held:{proposal.id}",
                 subject=subjects.held(proposal.agent),
                 payload=Held(
-                    proposal_id=proposal.id, request_id=request_id, agent=proposal.agent,
-                    workspace=proposal.workspace, tool=proposal.tool,
-                    classification=classification, verdict=verdict,
-                    requirement=verdict.requirement, expires_at=expires_at, held_at=now,
+                    proposal_id=proposal.id,
+                    request_id=request_id,
+                    agent=proposal.agent,
+                    workspace=proposal.workspace,
+                    tool=proposal.tool,
+                    classification=classification,
+                    verdict=verdict,
+                    requirement=verdict.requirement,
+                    expires_at=expires_at,
+                    held_at=now,
                 ).model_dump_json(),
                 proposal_id=proposal.id,
             )
-        )  # fmt: skip
+        )
         record.audit.append(
             AuditEntry(
                 kind="held",
@@ -254,21 +286,39 @@ def closing_effects(
     """Outcome row, event and audit entry for a held request ending in `outcome`."""
     if outcome == "released":
         event = released_event(
-            subjects, proposal, req.proposal_digest, classification, verdict, req.approvals, now,
+            subjects,
+            proposal,
+            req.proposal_digest,
+            classification,
+            verdict,
+            req.approvals,
+            now,
             request_id=req.request_id,
-        )  # fmt: skip
+        )
         row: dict[str, object] = {
-            "proposal_id": proposal.id, "outcome": "released",
-            "release_id": release_id_for(proposal.id), "reason": reason, "at": now,
-        }  # fmt: skip
+            "proposal_id": proposal.id,
+            "outcome": "released",
+            "release_id": release_id_for(proposal.id),
+            "reason": reason,
+            "at": now,
+        }
         return row, event, _event_audit("released", proposal.id, req.request_id, reason)
     blocked = cast(BlockedOutcome, outcome)
     event = blocked_event(
-        subjects, proposal, blocked, reason, now,
-        classification=classification, verdict=verdict, request_id=req.request_id,
-    )  # fmt: skip
+        subjects,
+        proposal,
+        blocked,
+        reason,
+        now,
+        classification=classification,
+        verdict=verdict,
+        request_id=req.request_id,
+    )
     row = {
-        "proposal_id": proposal.id, "outcome": blocked, "release_id": None,
-        "reason": reason, "at": now,
-    }  # fmt: skip
+        "proposal_id": proposal.id,
+        "outcome": blocked,
+        "release_id": None,
+        "reason": reason,
+        "at": now,
+    }
     return row, event, _event_audit("blocked", proposal.id, req.request_id, reason, blocked)

@@ -16,11 +16,13 @@ import asyncio
 import base64
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.errors import ConnectionClosedError, TimeoutError as NatsTimeoutError
+from nats.errors import ConnectionClosedError
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.errors import FetchTimeoutError
 
@@ -41,9 +43,21 @@ def attempts(msg: Msg) -> int:
         return 1
 
 
-def backoff_delay(attempt: int) -> float:
-    """1 s, 2 s, 4 s, … capped at 30 s: well inside the duplicate window."""
-    return float(min(2 ** max(attempt - 1, 0), 30))
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How a failing message is retried: delays base, 2×base, 4×base… capped at max_delay,
+    then the dead-letter subject after max_attempts deliveries. The defaults keep every retry
+    well inside the streams' duplicate window."""
+
+    max_attempts: int = MAX_ATTEMPTS
+    base_delay: float = 1.0
+    max_delay: float = 30.0
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.base_delay * 2 ** max(attempt - 1, 0), self.max_delay))
+
+
+DEFAULT_RETRY = RetryPolicy()
 
 
 async def publish_events(js: JetStreamContext, events: Iterable[OutboxEvent]) -> list[str]:
@@ -54,7 +68,7 @@ async def publish_events(js: JetStreamContext, events: Iterable[OutboxEvent]) ->
         fut = await js.publish_async(
             event.subject, event.payload.encode(), headers={"Nats-Msg-Id": event.msg_id}
         )
-        futures.append(fut)  # type: ignore[arg-type]
+        futures.append(fut)
         ids.append(event.msg_id)
     if futures:
         await asyncio.wait_for(asyncio.gather(*futures), PUBLISH_TIMEOUT)
@@ -114,7 +128,7 @@ class PullStage:
             while not stopping.is_set():
                 try:
                     msgs = await sub.fetch(self.batch, timeout=self.poll)
-                except (FetchTimeoutError, NatsTimeoutError, asyncio.TimeoutError):
+                except (TimeoutError, FetchTimeoutError, NatsTimeoutError):
                     continue
                 except (ConnectionClosedError, OSError) as exc:
                     if self.nc.is_closed:
@@ -139,9 +153,14 @@ class PullStage:
                 pass
 
 
-async def settle_failure(msg: Msg, error: str, dead: Callable[[Msg, str], Awaitable[None]]) -> None:
+async def settle_failure(
+    msg: Msg,
+    error: str,
+    dead: Callable[[Msg, str], Awaitable[None]],
+    retry: RetryPolicy = DEFAULT_RETRY,
+) -> None:
     """A message whose processing failed: retry later, or dead-letter it when out of attempts."""
-    if attempts(msg) >= MAX_ATTEMPTS:
+    if attempts(msg) >= retry.max_attempts:
         await dead(msg, f"gave up after {attempts(msg)} deliveries: {error}")
         return
-    await msg.nak(delay=backoff_delay(attempts(msg)))
+    await msg.nak(delay=retry.delay(attempts(msg)))
