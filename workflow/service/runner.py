@@ -18,12 +18,14 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Literal
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.errors import ConnectionClosedError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
+from nats.js.api import PubAck
 from nats.js.errors import FetchTimeoutError
 
 from workflow.messages import DeadLetter
@@ -62,7 +64,7 @@ DEFAULT_RETRY = RetryPolicy()
 
 async def publish_events(js: JetStreamContext, events: Iterable[OutboxEvent]) -> list[str]:
     """Publish pipelined with `Nats-Msg-Id`; wait for every PubAck. Returns the msg ids."""
-    futures: list[asyncio.Future[object]] = []
+    futures: list[asyncio.Future[PubAck]] = []
     ids: list[str] = []
     for event in events:
         fut = await js.publish_async(
@@ -76,8 +78,9 @@ async def publish_events(js: JetStreamContext, events: Iterable[OutboxEvent]) ->
 
 
 def dead_letter_event(subjects: Subjects, stage: str, msg: Msg, error: str) -> OutboxEvent:
+    encoding: Literal["utf-8", "base64"] = "utf-8"
     try:
-        payload, encoding = msg.data.decode(), "utf-8"
+        payload = msg.data.decode()
     except UnicodeDecodeError:
         payload, encoding = base64.b64encode(msg.data).decode(), "base64"
     try:
@@ -89,7 +92,7 @@ def dead_letter_event(subjects: Subjects, stage: str, msg: Msg, error: str) -> O
         subject=msg.subject,
         error=error,
         payload=payload,
-        payload_encoding=encoding,  # type: ignore[arg-type]
+        payload_encoding=encoding,
         deliveries=attempts(msg),
         received_at=datetime.now(UTC),
     )
