@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from workflow.client import transport
 from workflow.client.display import summarize
+from workflow.errors import ConfigError
 from workflow.messages import (
     ApprovalDecision,
     ApprovalRequirement,
@@ -147,31 +148,32 @@ class PendingRequest:
 
     async def dismiss(self) -> None:
         """Take the item out of this approver's inbox without deciding."""
-        await self._ack()
+        await self._settle()
 
     async def _decide(self, verdict: DecisionVerdict, reason: str, wait: bool,
                       timeout: float) -> DecisionResult:  # fmt: skip
         result = await self.approver.decide(
             self.request_id, self.proposal_digest, verdict, reason, wait=wait, timeout=timeout
         )
-        await self._ack()
+        await self._settle()
         return result
 
-    async def _ack(self) -> None:
-        if self._msg is not None:
+    async def _settle(self, *, nak: bool = False) -> None:
+        msg, self._msg = self._msg, None
+        if msg is not None:
             with contextlib.suppress(Exception):
-                await self._msg.ack()
-            self._msg = None
+                await (msg.nak() if nak else msg.ack())
 
 
 class Approver:
     """An approver's connection: its inbox, and decisions signed with its key."""
 
-    def __init__(self, nc: NATS, *, name: str, key: ApproverKey, prefix: str = "headgate"):
+    def __init__(self, nc: NATS, *, name: str, key: ApproverKey | None, prefix: str = "headgate"):
         self.nc = nc
         self.name = name
-        self.key = key
+        self.key = key  # None: read-only (inbox, pending); deciding needs a key
         self.subjects = Subjects(prefix)
+        self._offered: list[PendingRequest] = []
 
     @classmethod
     @asynccontextmanager
@@ -181,10 +183,19 @@ class Approver:
     ) -> AsyncIterator[Approver]:  # fmt: skip
         signer = key if isinstance(key, ApproverKey) else ApproverKey.from_file(key)
         nc = await transport.connect(url, name=f"headgate-approver-{name}", **nats_options)
+        approver = cls(nc, name=name, key=signer, prefix=prefix)
         try:
-            yield cls(nc, name=name, key=signer, prefix=prefix)
+            yield approver
         finally:
+            await approver.release_undecided()
             await nc.drain()
+
+    async def release_undecided(self) -> None:
+        """Hand back the items offered but not decided, so the next session gets them at once
+        (after a crash they come back when their ack wait passes)."""
+        for item in self._offered:
+            await item._settle(nak=True)
+        self._offered.clear()
 
     @property
     def consumer(self) -> str:
@@ -234,6 +245,7 @@ class Approver:
                     item = await self._pending_item(msg, offered)
                     if item is not None:
                         offered.add(item.request_id)
+                        self._offered.append(item)
                         yield item
         finally:
             with contextlib.suppress(Exception):
@@ -262,6 +274,8 @@ class Approver:
         *, wait: bool = True, timeout: float = 10.0,
     ) -> DecisionResult:  # fmt: skip
         """Sign and publish a decision; with `wait`, return what the collector made of it."""
+        if self.key is None:
+            raise ConfigError(f"approver {self.name} has no signing key; it can only read")
         decision = self.key.sign_decision(
             ApprovalDecision(
                 request_id=request_id, proposal_digest=proposal_digest, verdict=verdict,
