@@ -11,11 +11,13 @@ from workflow.client import Approver, PendingRequest
 from workflow.signing import ApproverKey
 
 
-async def first_items(approver: Approver, count: int, **kw: list[str]) -> list[PendingRequest]:
+async def first_items(
+    approver: Approver, count: int, workspaces: list[str] | None = None
+) -> list[PendingRequest]:
     items: list[PendingRequest] = []
 
     async def collect() -> None:
-        async for item in approver.inbox(**kw):
+        async for item in approver.inbox(workspaces):
             items.append(item)
             if len(items) == count:
                 return
