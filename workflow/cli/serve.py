@@ -54,6 +54,25 @@ def serve(
             help="JetStream replicas per stream (3 on a 3-node cluster).",
         ),
     ] = 1,
+    nats_user: Annotated[
+        str | None, typer.Option("--nats-user", envvar="HEADGATE_NATS_USER", help="NATS user.")
+    ] = None,
+    nats_password: Annotated[
+        str | None,
+        typer.Option("--nats-password", envvar="HEADGATE_NATS_PASSWORD", help="NATS password."),
+    ] = None,
+    nats_creds: Annotated[
+        str | None,
+        typer.Option("--nats-creds", envvar="HEADGATE_NATS_CREDS", help="NATS credentials file."),
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            envvar="HEADGATE_METRICS_PORT",
+            help="Serve Prometheus /metrics, /healthz and /readyz on this port (0 = any free).",
+        ),
+    ] = None,
     log_format: Annotated[LogFormat, typer.Option("--log-format")] = LogFormat.console,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
 ) -> None:
@@ -67,6 +86,10 @@ def serve(
         default_ttl=default_ttl,
         prefix=prefix,
         replicas=replicas,
+        nats_user=nats_user,
+        nats_password=nats_password,
+        nats_creds=nats_creds,
+        metrics_port=metrics_port,
     )
 
     async def main() -> None:

@@ -22,6 +22,7 @@ from workflow.service.collector import Collector
 from workflow.service.context import ServiceContext
 from workflow.service.embedded import EmbeddedNats
 from workflow.service.intake import Intake
+from workflow.service.metrics import HealthServer
 from workflow.service.runner import PullStage, RetryPolicy
 from workflow.service.streams import ensure_streams, service_consumers
 from workflow.signing import ApproverKey
@@ -52,6 +53,7 @@ class Settings:
     nats_user: str | None = None
     nats_password: str | None = None
     nats_creds: str | None = None
+    metrics_port: int | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -142,6 +144,7 @@ class Service:
         self.ready = False
         self.url = ""
         self._policy_mtime: float | None = None
+        self.health: HealthServer | None = None
 
     async def start(self) -> None:
         s = self.settings
@@ -176,10 +179,11 @@ class Service:
             ctx.now(),
         )
         consumers = service_consumers(self.subjects)
+        m = ctx.metrics
         self.stages = [
-            PullStage(nc, js, consumers["intake"], Intake(ctx), batch=s.batch),
-            PullStage(nc, js, consumers["collector"], Collector(ctx), batch=64),
-            PullStage(nc, js, consumers["auditor"], Auditor(ctx), batch=64),
+            PullStage(nc, js, consumers["intake"], Intake(ctx), batch=s.batch, metrics=m),
+            PullStage(nc, js, consumers["collector"], Collector(ctx), batch=64, metrics=m),
+            PullStage(nc, js, consumers["auditor"], Auditor(ctx), batch=64, metrics=m),
         ]
         for stage in self.stages:
             self.tasks.append(asyncio.create_task(stage.run(self.stopping)))
@@ -191,6 +195,9 @@ class Service:
             self._policy_mtime = s.policy_path.stat().st_mtime
             self.tasks.append(asyncio.create_task(self._watch_policy()))
         self.api_subs = await serve_api(ctx)
+        if s.metrics_port is not None:
+            self.health = HealthServer(ctx.metrics, self.readiness, port=s.metrics_port)
+            await self.health.start()
         self.ready = True
         log.info(
             "headgate ready: %d stages, database %s, policy %s (revision %s)",
@@ -199,6 +206,26 @@ class Service:
             s.policy_path or "default",
             policy.revision,
         )
+
+    async def readiness(self) -> tuple[bool, dict[str, str]]:
+        """Ready = started, connected to NATS, the database answers, the streams exist."""
+        checks: dict[str, str] = {}
+        ctx = self.ctx
+        checks["service"] = "ok" if self.ready else "starting or stopping"
+        if ctx is None:
+            return False, checks
+        checks["nats"] = "ok" if ctx.nc.is_connected else "disconnected"
+        try:
+            await asyncio.wait_for(ctx.store.ping(), 2)
+            checks["database"] = "ok"
+        except Exception as exc:
+            checks["database"] = f"unavailable: {exc or type(exc).__name__}"
+        try:
+            await asyncio.wait_for(ctx.js.stream_info(self.subjects.stream("proposals")), 2)
+            checks["streams"] = "ok"
+        except Exception as exc:
+            checks["streams"] = f"missing: {exc or type(exc).__name__}"
+        return all(v == "ok" for v in checks.values()), checks
 
     async def reload_policy(self, reason: str = "SIGHUP") -> bool:
         """Load the policy file again; keep the old policy when the new one is invalid."""
@@ -253,6 +280,8 @@ class Service:
         """Stop taking new messages, let in-flight batches finish, then close everything."""
         self.ready = False
         self.stopping.set()
+        if self.health is not None:
+            await self.health.stop()
         for sub in self.api_subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()

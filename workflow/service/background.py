@@ -30,6 +30,7 @@ async def sweep_once(ctx: ServiceContext) -> int:
     """Expire every due pending request; returns how many this call closed."""
     now = ctx.now()
     closed = 0
+    ctx.metrics.pending.set(await ctx.store.pending_count())
     for held, version in await ctx.store.due_requests(now):
         step = expire(held, now=now)
         if step is None:
@@ -62,7 +63,8 @@ async def sweep_once(ctx: ServiceContext) -> int:
         except ConcurrentUpdate:
             continue  # a decision or another replica got there first
         closed += 1
-        ctx.count("requests.expired")
+        ctx.metrics.expired.inc()
+        ctx.metrics.outcomes.labels("expired").inc()
         try:
             await ctx.publish(write.events)
         except Exception as exc:

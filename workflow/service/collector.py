@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 
 from nats.aio.msg import Msg
 from pydantic import ValidationError
@@ -195,7 +196,11 @@ class Collector:
             # The nonce was recorded by someone else in between: this copy is a replay.
             await self._refuse_unapplied(decision, f"The nonce {decision.nonce} was already used.")
             return
-        ctx.count("decisions.accepted" if step.accepted else "decisions.refused")
+        if step.accepted:
+            ctx.metrics.decisions.labels(decision.verdict).inc()
+        else:
+            ctx.metrics.refused.labels(step.refusal or "unknown").inc()
+        self._count_outcome(held, write, now)
         await ctx.publish(write.events)
 
     async def _close(self, held: HeldRequest, step: Step, write: StepWrite) -> None:
@@ -273,7 +278,7 @@ class Collector:
             )
         )
         await ctx.store.commit_step(write, now)
-        ctx.count("decisions.refused")
+        ctx.metrics.refused.labels("unknown_request").inc()
 
     # ------------------------------------------------------------------ cancellation
     async def _cancel(self, msg: Msg) -> None:
@@ -315,7 +320,17 @@ class Collector:
         if step.closed is not None:
             await self._close(held, step, write)
         await ctx.store.commit_step(write, now)
+        self._count_outcome(held, write, now)
         await ctx.publish(write.events)
+
+    def _count_outcome(self, held: HeldRequest, write: StepWrite, now: datetime) -> None:
+        if write.outcome is None:
+            return
+        outcome = str(write.outcome["outcome"])
+        self.ctx.metrics.outcomes.labels(outcome).inc()
+        if outcome == "released":
+            held_at = held.expires_at - timedelta(seconds=held.requirement.ttl_seconds)
+            self.ctx.metrics.time_to_approval.observe((now - held_at).total_seconds())
 
 
 __all__ = ["SERVICE_ACTOR", "Collector"]

@@ -12,6 +12,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from workflow.policy.model import Policy
+from workflow.service.metrics import Metrics
 from workflow.service.runner import DEFAULT_RETRY, RetryPolicy, dead_letter_event, publish_events
 from workflow.store.repo import OutboxEvent, Store
 from workflow.subjects import Subjects
@@ -27,14 +28,10 @@ class ServiceContext:
     subjects: Subjects
     policy: Policy
     retry: RetryPolicy = DEFAULT_RETRY
-    dead_letters: int = 0
-    counters: dict[str, int] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=Metrics)
 
     def now(self) -> datetime:
         return datetime.now(UTC)
-
-    def count(self, name: str, n: int = 1) -> None:
-        self.counters[name] = self.counters.get(name, 0) + n
 
     async def publish(self, events: Sequence[OutboxEvent]) -> None:
         """Publish outbox events and mark them published (the republisher covers a crash)."""
@@ -48,5 +45,4 @@ class ServiceContext:
         log.warning("dead letter from %s on %s: %s", stage, msg.subject, error)
         await publish_events(self.js, [dead_letter_event(self.subjects, stage, msg, error)])
         await msg.ack()
-        self.dead_letters += 1
-        self.count(f"dead.{stage}")
+        self.metrics.dead_letters.labels(stage).inc()

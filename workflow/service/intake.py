@@ -151,8 +151,14 @@ class Intake:
                     events.extend(rec.events)
                 else:
                     republish.append(rec.id)
-        ctx.count("proposals.new", len(result.new))
-        ctx.count("proposals.duplicate", len(republish))
+        for _, rec in keep:
+            if rec.id in result.new:
+                ctx.metrics.proposals.labels(
+                    rec.proposal["risk_class"], rec.proposal["decision"]
+                ).inc()
+                if rec.outcome is not None:
+                    ctx.metrics.outcomes.labels(rec.outcome["outcome"]).inc()
+        ctx.metrics.duplicates.inc(len(republish))
         if republish:
             events.extend(await ctx.store.events_for(republish))
         return keep, events

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,6 +30,7 @@ from nats.js.api import PubAck
 from nats.js.errors import FetchTimeoutError
 
 from workflow.messages import DeadLetter
+from workflow.service.metrics import Metrics
 from workflow.service.streams import MAX_ATTEMPTS, ConsumerSpec, ensure_consumer
 from workflow.store.repo import OutboxEvent
 from workflow.subjects import Subjects
@@ -116,12 +118,14 @@ class PullStage:
         *,
         batch: int = 256,
         poll: float = 1.0,
+        metrics: Metrics | None = None,
     ):
         self.nc, self.js, self.spec = nc, js, spec
         self.handler = handler
         self.batch = batch
         self.poll = poll
         self.processed = 0
+        self.metrics = metrics
 
     async def run(self, stopping: asyncio.Event) -> None:
         await ensure_consumer(self.js, self.spec)
@@ -147,13 +151,25 @@ class PullStage:
                     continue
                 pause = 0.5
                 # Shielded: a stop request lets the batch in hand finish (ack after commit).
+                started = time.perf_counter()
                 await asyncio.shield(self.handler(msgs))
                 self.processed += len(msgs)
+                if self.metrics is not None:
+                    self._observe(msgs, time.perf_counter() - started)
         finally:
             try:
                 await sub.unsubscribe()
             except Exception:
                 pass
+
+    def _observe(self, msgs: Sequence[Msg], seconds: float) -> None:
+        assert self.metrics is not None
+        stage = self.spec.durable
+        self.metrics.stage_seconds.labels(stage).observe(seconds)
+        self.metrics.batch_size.labels(stage).observe(len(msgs))
+        again = sum(1 for m in msgs if attempts(m) > 1)
+        if again:
+            self.metrics.redeliveries.labels(stage).inc(again)
 
 
 async def settle_failure(

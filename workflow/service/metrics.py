@@ -1,0 +1,155 @@
+"""Prometheus metrics and the /metrics, /healthz, /readyz endpoints.
+
+The HTTP side is a few lines on `asyncio.start_server` rather than a web framework: three GET
+routes, no request bodies, and it shares the service's event loop (a readiness check can look at
+the live NATS connection and database without threads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+log = logging.getLogger("headgate.metrics")
+
+_LATENCY = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+_APPROVAL = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 86400)
+
+
+class Metrics:
+    """Every metric the service exports, on its own registry (several services per process in
+    tests must not collide)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.proposals = Counter(
+            "headgate_proposals",
+            "Proposals classified, by risk class and policy decision.",
+            ["risk_class", "decision"],
+            registry=r,
+        )
+        self.duplicates = Counter(
+            "headgate_proposal_duplicates", "Proposals seen again (redelivery or republish).",
+            registry=r,
+        )  # fmt: skip
+        self.stage_seconds = Histogram(
+            "headgate_stage_batch_seconds",
+            "Time to process one fetched batch (commit, publish, ack), by stage.",
+            ["stage"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "headgate_stage_batch_size",
+            "Messages per fetched batch, by stage.",
+            ["stage"],
+            buckets=(1, 2, 5, 10, 25, 50, 100, 256, 512),
+            registry=r,
+        )
+        self.pending = Gauge(
+            "headgate_pending_requests", "Approval requests waiting for decisions.", registry=r
+        )
+        self.time_to_approval = Histogram(
+            "headgate_time_to_approval_seconds",
+            "From hold to release by approval.",
+            buckets=_APPROVAL,
+            registry=r,
+        )
+        self.outcomes = Counter(
+            "headgate_outcomes", "Terminal outcomes, by outcome.", ["outcome"], registry=r
+        )
+        self.expired = Counter(
+            "headgate_requests_expired", "Requests closed because no one answered.", registry=r
+        )
+        self.decisions = Counter(
+            "headgate_decisions_accepted", "Accepted decisions, by verdict.", ["verdict"],
+            registry=r,
+        )  # fmt: skip
+        self.refused = Counter(
+            "headgate_decisions_refused",
+            "Refused decisions, by reason (bad_signature, replay, no_role, …).",
+            ["reason"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "headgate_dead_letters", "Messages sent to the dead-letter subject, by stage.",
+            ["stage"], registry=r,
+        )  # fmt: skip
+        self.redeliveries = Counter(
+            "headgate_redeliveries",
+            "Messages delivered more than once (a failure or crash before the ack), by stage.",
+            ["stage"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+Probe = Callable[[], Awaitable[tuple[bool, dict[str, str]]]]
+
+
+class HealthServer:
+    """GET /metrics, /healthz (the process serves), /readyz (NATS, database and streams)."""
+
+    def __init__(self, metrics: Metrics, ready: Probe, host: str = "0.0.0.0", port: int = 0):
+        self.metrics = metrics
+        self.ready = ready
+        self.host, self.port = host, port
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("metrics and health on http://%s:%d (/metrics /healthz /readyz)",
+                 self.host, self.port)  # fmt: skip
+        return self.port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            method, path, *_ = request.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+            path = path.split("?", 1)[0]
+            if method != "GET":
+                status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
+            elif path == "/metrics":
+                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, self.metrics.render()
+            elif path == "/healthz":
+                status, ctype, body = "200 OK", "text/plain", b"ok\n"
+            elif path == "/readyz":
+                ok, checks = await self.ready()
+                status = "200 OK" if ok else "503 Service Unavailable"
+                ctype, body = "application/json", json.dumps(checks).encode() + b"\n"
+            else:
+                status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
+            writer.write(head.encode() + body)
+            await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
