@@ -81,11 +81,16 @@ def mask_text(text: str) -> str:
     return _OPAQUE.sub(lambda m: MASK if _looks_opaque(m.group(0)) else m.group(0), text)
 
 
+def _maskable(value: Any) -> bool:
+    return bool(value) and not isinstance(value, bool | int | float)
+
+
 def mask_secrets(value: Any) -> Any:
     """A copy of a JSON-like value with secrets masked, by key name and by what values look like."""
     if isinstance(value, Mapping):
+        # Numbers and flags under a secret-sounding name (max_tokens: 100) stay readable.
         return {
-            k: (MASK if is_secret_key(str(k)) and v not in (None, "") else mask_secrets(v))
+            k: (MASK if is_secret_key(str(k)) and _maskable(v) else mask_secrets(v))
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
