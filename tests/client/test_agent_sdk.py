@@ -10,7 +10,8 @@ import pytest
 
 from tests.client.support import KEYS, guarded_service
 from tests.service.helpers import decision, running_service, send_decision, wait_until
-from workflow.client import Approver, Headgate, ResultTimeout, ToolBlocked
+from workflow.client import Approver, Headgate, NoLedger, ResultTimeout, ToolBlocked
+from workflow.errors import NotFoundError
 from workflow.messages import Blocked, Released
 
 
@@ -163,3 +164,31 @@ async def test_a_ticket_for_an_earlier_proposal_finds_an_outcome_that_already_ha
 
 def ticket_digest(ticket: Any) -> str:
     return str(ticket.proposal.digest())
+
+
+async def test_unattended_mode_without_a_state_dir_says_what_is_missing(
+    nats_url: str, tmp_path: Path
+) -> None:
+    async with (
+        running_service(nats_url, tmp_path) as h,
+        Headgate.connect(nats_url, agent="writer", prefix=h.subjects.prefix) as hg,
+    ):
+        with pytest.raises(NoLedger, match="state_dir"):
+            await hg.enqueue("write_file", {"path": "a.txt"})
+        with pytest.raises(NotFoundError):
+            await hg.ticket("no-such-proposal")
+
+
+async def test_gated_refuses_a_function_whose_arguments_cannot_be_passed_by_keyword(
+    nats_url: str, tmp_path: Path
+) -> None:
+    async with (
+        running_service(nats_url, tmp_path) as h,
+        Headgate.connect(nats_url, agent="writer", prefix=h.subjects.prefix) as hg,
+    ):
+
+        async def tool(path: str, /) -> None:
+            return None
+
+        with pytest.raises(TypeError, match="passable by keyword"):
+            hg.gated("write_file")(tool)

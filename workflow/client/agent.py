@@ -32,6 +32,7 @@ from workflow.client.worker import (
     report_execution,
     work,
 )
+from workflow.errors import ConnectError, NotFoundError
 from workflow.messages import (
     Blocked,
     Cancel,
@@ -57,7 +58,7 @@ TERMINAL = frozenset({"released", "denied", "rejected", "expired", "cancelled"})
 class Ticket:
     """One proposed call: what Headgate decided at once, and a way to wait for the outcome."""
 
-    client: Headgate
+    client: Headgate = field(repr=False)
     proposal: Proposal
     classification: Classification
     verdict: Verdict
@@ -226,7 +227,7 @@ class Headgate:
         self.router.watch(proposal_id)  # from now on no event of it is missed
         found = await transport.history(self.nc, self.subjects, proposal_id)
         if found is None:
-            raise NotProcessed(proposal_id, 0)
+            raise NotFoundError("proposal", proposal_id)
         return self._ticket_from_history(found)
 
     async def _outcome_of(self, ticket: Ticket, timeout: float | None) -> Outcome:
@@ -248,7 +249,10 @@ class Headgate:
             if done:
                 self.router.forget(ticket.proposal_id)
                 return watch.outcome.result()
-            h = await transport.history(self.nc, self.subjects, ticket.proposal_id)
+            try:
+                h = await transport.history(self.nc, self.subjects, ticket.proposal_id)
+            except ConnectError:  # the API may be unreachable (or not permitted): keep waiting
+                h = None
             status = h.status if h is not None else status
             if deadline is not None and loop.time() >= deadline:
                 raise ResultTimeout(ticket.proposal_id, timeout or 0, status)

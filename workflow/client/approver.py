@@ -20,7 +20,6 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from pydantic import ValidationError
 
@@ -239,7 +238,7 @@ class Approver:
             while True:
                 try:
                     msgs = await sub.fetch(batch, timeout=poll)
-                except NatsTimeoutError:
+                except TimeoutError:  # nats-py raises its own or asyncio's
                     continue
                 for msg in msgs:
                     item = await self._pending_item(msg, offered)

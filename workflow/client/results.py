@@ -19,7 +19,6 @@ from datetime import datetime, timedelta
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from pydantic import ValidationError
 
@@ -140,7 +139,7 @@ class ResultRouter:
             while loop.time() < deadline:
                 try:
                     msg = await sub.next_msg(timeout=min(0.5, max(deadline - loop.time(), 0.01)))
-                except NatsTimeoutError:
+                except TimeoutError:  # nats-py raises its own or asyncio's
                     return None  # a new consumer delivers at once: silence means nothing left
                 event = parse_event(self.subjects, msg)
                 if event is not None and not isinstance(event, Held):

@@ -10,7 +10,6 @@ from typing import Any, TypeVar
 import nats
 from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeoutError
 from pydantic import BaseModel
 
 from workflow.errors import ConnectError
@@ -51,7 +50,7 @@ async def request(
             f"no Headgate service answers on {subjects.api(name)} (is it running, with the same "
             "prefix?)"
         ) from exc
-    except NatsTimeoutError as exc:
+    except TimeoutError as exc:  # nats-py's TimeoutError is one too
         raise ConnectError(f"the Headgate service did not answer within {timeout:g}s") from exc
     data = json.loads(msg.data)
     if isinstance(data, dict) and set(data) == {"error"}:

@@ -31,7 +31,6 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from workflow.client import transport
@@ -212,7 +211,7 @@ async def work(
         while not stop.is_set():
             try:
                 msgs = await sub.fetch(batch, timeout=poll)
-            except NatsTimeoutError:
+            except TimeoutError:  # nats-py raises its own or asyncio's
                 continue
             waiting = list(msgs)
             keepalive = asyncio.create_task(_keep_in_progress(waiting, ack_wait / 3))
