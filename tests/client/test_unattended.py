@@ -11,9 +11,11 @@ import json
 import signal
 import sys
 from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from nats.js.api import ConsumerInfo
 
 from tests.client.support import KEYS, guarded_service
@@ -26,11 +28,26 @@ SCRIPT = Path(__file__).with_name("unattended_agent.py")
 AGENT = "night-owl"
 
 
-async def start(*args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable, str(SCRIPT), *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+Start = Callable[..., Awaitable[asyncio.subprocess.Process]]
+
+
+@pytest.fixture
+async def start() -> AsyncIterator[Start]:
+    """Starts agent processes; whatever still runs when the test ends is killed."""
+    started: list[asyncio.subprocess.Process] = []
+
+    async def run(*args: str) -> asyncio.subprocess.Process:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(SCRIPT), *args,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        started.append(proc)
+        return proc
+
+    yield run
+    for proc in started:
+        if proc.returncode is None:
+            await kill(proc)
 
 
 async def read_until(proc: asyncio.subprocess.Process, last: str, timeout: float = 20) -> list[Any]:
@@ -80,7 +97,7 @@ async def consumer_info(h: Harness) -> ConsumerInfo:
 
 
 async def test_queued_calls_run_exactly_once_after_the_agent_was_killed(
-    nats_url: str, tmp_path: Path
+    nats_url: str, tmp_path: Path, start: Start
 ) -> None:
     state, out = tmp_path / "agent-state", tmp_path / "out.txt"
     plan = [{"line": f"line-{i:02d}", "workspace": "hurry" if i >= 14 else "acme"}
@@ -141,7 +158,7 @@ async def test_queued_calls_run_exactly_once_after_the_agent_was_killed(
 
 
 async def test_a_call_interrupted_by_a_crash_is_reported_unknown_and_not_run_again(
-    nats_url: str, tmp_path: Path
+    nats_url: str, tmp_path: Path, start: Start
 ) -> None:
     state, out = tmp_path / "agent-state", tmp_path / "out.txt"
     async with guarded_service(nats_url, tmp_path / "svc") as h:
