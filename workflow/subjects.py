@@ -36,6 +36,11 @@ class Subjects:
     def blocked(self, agent: str = "*") -> str:
         return f"{self.prefix}.blocked.{agent}"
 
+    def results(self, agent: str) -> str:
+        """`<prefix>.*.<agent>`: on the results stream, exactly this agent's held, released and
+        blocked events (the single filter the deploy permissions pin an agent's consumer to)."""
+        return f"{self.prefix}.*.{agent}"
+
     def inbox(self, workspace: str = "*") -> str:
         return f"{self.prefix}.inbox.{workspace}"
 

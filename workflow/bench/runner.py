@@ -80,7 +80,7 @@ class BenchConfig:
     rounds: int = 3
     duration: float = 5.0
     count: int | None = None
-    rate: float = 1000.0
+    rate: float | None = None  # None: half of the round's measured Headgate max on the mix
     mix: Mix = field(default_factory=Mix)
     window: int = 2000
     think: float = 0.0
@@ -257,14 +257,17 @@ async def warm_up(rig: Rig, config: BenchConfig, reporter: Reporter) -> None:
 
 async def one_round(rig: Rig, config: BenchConfig, reporter: Reporter, n: int) -> dict[str, Any]:
     out: dict[str, Any] = {"round": n}
-    plan: list[tuple[str, bool, Mix, float | None]] = [
-        ("relay_max", True, config.mix, None),
-        ("reads_max", False, READS_ONLY, None),
-        ("mix_max", False, config.mix, None),
-        ("relay_rate", True, config.mix, config.rate),
-        ("mix_rate", False, config.mix, config.rate),
+    plan: list[tuple[str, bool, Mix, bool]] = [
+        ("relay_max", True, config.mix, False),
+        ("reads_max", False, READS_ONLY, False),
+        ("mix_max", False, config.mix, False),
+        ("relay_rate", True, config.mix, True),
+        ("mix_rate", False, config.mix, True),
     ]
-    for name, relay, mix, rate in plan:
+    for name, relay, mix, paced in plan:
+        rate = None
+        if paced:
+            rate = config.rate or max(1.0, round((out["mix_max"]["throughput"] or 2.0) / 2))
         out[name] = await run_phase(
             rig, f"round {n} {name}", relay=relay, mix=mix, rate=rate, config=config,
             reporter=reporter,
@@ -284,6 +287,7 @@ def summarize_rounds(rounds: list[dict[str, Any]], rig_usage: Usage) -> dict[str
     def lat(phase: str, kind: str) -> dict[str, float] | None:
         return median_summary([_lat(r[phase], kind) for r in rounds])
 
+    rate = median_of([r["mix_rate"]["offered_rate"] for r in rounds])
     relay_tp, read_tp, mix_tp = med("relay_max", "throughput"), med("reads_max", "throughput"), \
         med("mix_max", "throughput")  # fmt: skip
     relay_lat, read_lat = lat("relay_rate", "relay"), lat("mix_rate", "read")
@@ -292,6 +296,7 @@ def summarize_rounds(rounds: list[dict[str, Any]], rig_usage: Usage) -> dict[str
     tp_ratio = ratio(read_tp, relay_tp)
     p50_ratio = ratio(read_p50, relay_p50)
     return {
+        "offered_rate": rate,
         "relay": {
             "throughput": relay_tp,
             "latency_ms": relay_lat,

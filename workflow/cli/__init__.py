@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from workflow.cli import calls, offline, policy_cmds
+from workflow.cli import calls, inbox, offline, policy_cmds
 from workflow.cli.common import err_console
 from workflow.cli.serve import serve
 from workflow.errors import HeadgateError
@@ -24,6 +24,7 @@ app.command()(calls.pending)
 app.command()(calls.approve)
 app.command()(calls.reject)
 app.command()(calls.show)
+app.command()(inbox.inbox)
 app.command()(offline.classify)
 app.command()(offline.schemas)
 app.command()(policy_cmds.explain)

@@ -69,8 +69,10 @@ def bench(
         typer.Option("--count", min=1, help="Proposals per phase (instead of --duration)."),
     ] = None,
     rate: Annotated[
-        float, typer.Option("--rate", min=1, help="Offered proposals/s of the latency phases.")
-    ] = 1000.0,
+        float | None,
+        typer.Option("--rate", min=1, help="Offered proposals/s of the latency phases. Default: "
+                     "half of Headgate's throughput on the mix measured in the same round."),
+    ] = None,
     mix: Annotated[
         str, typer.Option("--mix", help="Percent reads,approvable writes,denied calls.")
     ] = "80,15,5",
@@ -151,8 +153,8 @@ def _print_summary(result: dict[str, Any]) -> None:
         f"{m.get('processor') or ''}  {m.get('nats_server') or ''}  database {cfg['database']}"
     )
     console.print(
-        f"medians of {cfg['rounds']} rounds; mix {cfg['mix']}; latency at {cfg['rate']:g}/s "
-        "offered, throughput at full speed"
+        f"medians of {cfg['rounds']} rounds; mix {cfg['mix']}; latency at "
+        f"{_fmt(s['offered_rate'])}/s offered, throughput at full speed"
     )
     tp = Table("throughput", "proposals/s", "× relay", "CPU s / 1000", "nats CPU s / 1000")
     tp.add_row("bare JetStream relay", _fmt(relay["throughput"]), "1",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
-import os
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +21,7 @@ from workflow.cli.common import (
     DEFAULT_DATA_DIR,
     DataDir,
     JsonOut,
+    KeyOpt,
     NatsUrl,
     Prefix,
     api_call,
@@ -29,6 +29,7 @@ from workflow.cli.common import (
     console,
     describe,
     fail,
+    load_key,
     parse_json_option,
     print_json,
 )
@@ -42,8 +43,6 @@ from workflow.messages import (
     Proposal,
     ProposalHistory,
 )
-from workflow.service.app import LOCAL_KEY_FILE
-from workflow.signing import ApproverKey
 from workflow.subjects import Subjects
 
 EXIT_BLOCKED = 3
@@ -245,30 +244,6 @@ def pending(
     console.print(table)
 
 
-def _load_key(key: Path | None, data_dir: Path) -> ApproverKey:
-    if key is not None:
-        return ApproverKey.from_file(key)
-    env = os.environ.get("HEADGATE_APPROVER_KEY")
-    if env:
-        return ApproverKey.from_file(Path(env))
-    local = data_dir / LOCAL_KEY_FILE
-    if local.exists():
-        return ApproverKey.from_file(local)
-    raise ConfigError(
-        "no approver key: pass --key FILE or set HEADGATE_APPROVER_KEY "
-        f"(create one with `headgate keys new NAME`); {local} does not exist either."
-    )
-
-
-KeyOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--key",
-        help="Approver seed file. Default: $HEADGATE_APPROVER_KEY, then the data dir's local key.",
-    ),
-]
-
-
 def _decide(
     ident: str,
     verdict: DecisionVerdict,
@@ -280,7 +255,7 @@ def _decide(
     prefix: str,
     json_out: bool,
 ) -> None:
-    signer = _load_key(key, data_dir)
+    signer = load_key(key, data_dir)
     subjects = Subjects(prefix)
 
     async def run() -> tuple[bool, str]:

@@ -20,7 +20,8 @@ from rich.console import Console
 
 from workflow.errors import ConfigError, ConnectError, HeadgateError
 from workflow.messages import ApiError
-from workflow.service.app import URL_FILE
+from workflow.service.app import LOCAL_KEY_FILE, URL_FILE
+from workflow.signing import ApproverKey
 from workflow.subjects import Subjects
 
 console = Console()
@@ -129,3 +130,27 @@ def describe(exc: ValidationError) -> str:
     return "; ".join(
         f"{'.'.join(map(str, e['loc'])) or '(value)'}: {e['msg']}" for e in exc.errors()[:5]
     )
+
+
+def load_key(key: Path | None, data_dir: Path) -> ApproverKey:
+    if key is not None:
+        return ApproverKey.from_file(key)
+    env = os.environ.get("HEADGATE_APPROVER_KEY")
+    if env:
+        return ApproverKey.from_file(Path(env))
+    local = data_dir / LOCAL_KEY_FILE
+    if local.exists():
+        return ApproverKey.from_file(local)
+    raise ConfigError(
+        "no approver key: pass --key FILE or set HEADGATE_APPROVER_KEY "
+        f"(create one with `headgate keys new NAME`); {local} does not exist either."
+    )
+
+
+KeyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--key",
+        help="Approver seed file. Default: $HEADGATE_APPROVER_KEY, then the data dir's local key.",
+    ),
+]

@@ -28,14 +28,15 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from workflow.cli.calls import KeyOpt, _load_key
 from workflow.cli.common import (
     DEFAULT_DATA_DIR,
     DataDir,
+    KeyOpt,
     NatsUrl,
     Prefix,
     connected,
     console,
+    load_key,
 )
 from workflow.client.approver import Approver
 from workflow.client.display import mask_secrets, summarize, target_of, time_left
@@ -253,7 +254,7 @@ class KeyLoader:
 
     def __call__(self) -> ApproverKey:
         if self.loaded is None:
-            self.loaded = _load_key(self.path, self.data_dir)
+            self.loaded = load_key(self.path, self.data_dir)
         return self.loaded
 
 

@@ -73,6 +73,15 @@ def serve(
             help="Serve Prometheus /metrics, /healthz and /readyz on this port (0 = any free).",
         ),
     ] = None,
+    connect_timeout: Annotated[
+        float,
+        typer.Option(
+            "--connect-timeout",
+            envvar="HEADGATE_CONNECT_TIMEOUT",
+            min=0.1,
+            help="Seconds to keep retrying an unreachable NATS server at start.",
+        ),
+    ] = 60.0,
     log_format: Annotated[LogFormat, typer.Option("--log-format")] = LogFormat.console,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
 ) -> None:
@@ -90,6 +99,7 @@ def serve(
         nats_password=nats_password,
         nats_creds=nats_creds,
         metrics_port=metrics_port,
+        connect_timeout=connect_timeout,
     )
 
     async def main() -> None:

@@ -37,7 +37,7 @@ CLOCK_SLACK = timedelta(minutes=5)
 def results_filter(subjects: Subjects, agent: str) -> str:
     """`<prefix>.*.<agent>`: on the results stream, exactly this agent's held, released and
     blocked subjects — the single filter the deploy permissions pin an agent's consumers to."""
-    return subjects.released(agent).replace(".released.", ".*.", 1)
+    return subjects.results(agent)
 
 
 def parse_event(subjects: Subjects, msg: Msg) -> Event | None:

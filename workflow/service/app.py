@@ -10,7 +10,6 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nats
 from nats.aio.client import Client as NATS
 from nats.aio.subscription import Subscription
 
@@ -105,28 +104,39 @@ async def connect_nats(settings: Settings, url: str, *, name: str = "headgate") 
         log.info("NATS: reconnected")
 
     while True:
+        nc = NATS()
+        attempt = min(5.0, max(deadline - loop.time(), 0.5))
         try:
-            return await nats.connect(
-                servers=url.split(","),
-                name=name,
-                connect_timeout=2,
-                allow_reconnect=True,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
-                error_cb=on_error,
-                disconnected_cb=on_disconnect,
-                reconnected_cb=on_reconnect,
-                user=settings.nats_user,
-                password=settings.nats_password,
-                user_credentials=settings.nats_creds,
+            # nats-py retries a failed first connect itself when reconnecting is allowed (for
+            # ever, with max_reconnect_attempts=-1), so each attempt is bounded here.
+            await asyncio.wait_for(
+                nc.connect(
+                    servers=url.split(","),
+                    name=name,
+                    connect_timeout=2,
+                    allow_reconnect=True,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=1,
+                    error_cb=on_error,
+                    disconnected_cb=on_disconnect,
+                    reconnected_cb=on_reconnect,
+                    user=settings.nats_user,
+                    password=settings.nats_password,
+                    user_credentials=settings.nats_creds,
+                ),
+                attempt,
             )
+            return nc
         except Exception as exc:
+            with contextlib.suppress(Exception):
+                await nc.close()
+            reason = str(exc) or type(exc).__name__
             if loop.time() + delay > deadline:
                 raise ConnectError(
-                    f"cannot reach NATS at {url} ({exc or type(exc).__name__}); is the server "
-                    "running? Pass --nats-url, or omit it to start an embedded server."
+                    f"cannot reach NATS at {url} ({reason}); is the server running? Pass "
+                    "--nats-url, or omit it to start an embedded server."
                 ) from exc
-            log.warning("NATS at %s not reachable (%s); retrying in %.1fs", url, exc, delay)
+            log.warning("NATS at %s not reachable (%s); retrying in %.1fs", url, reason, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 

@@ -1,0 +1,108 @@
+"""Faults with real processes: NATS killed and restarted, failing handlers, unreachable NATS."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from tests.service.helpers import propose, running_service, wait_until
+from workflow.errors import ConnectError
+from workflow.service.app import Service, Settings
+from workflow.service.embedded import EmbeddedNats
+
+
+async def test_the_service_reconnects_after_nats_is_killed_and_restarted(
+    fresh_nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    async with running_service(fresh_nats.url, tmp_path / "svc") as h:
+        before = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
+        await h.observer.wait_for("released", before)
+        port = int(fresh_nats.url.rsplit(":", 1)[1])
+        fresh_nats.kill()
+        await asyncio.sleep(0.5)
+        restarted = EmbeddedNats(store_dir=fresh_nats.store_dir, port=port)
+        restarted.start()
+        try:
+            # The client connections reconnect by themselves; JetStream kept its data.
+            await wait_until(
+                lambda: asyncio.sleep(0, h.service.ctx.nc.is_connected),  # type: ignore[union-attr]
+                bool,
+                timeout=15,
+            )
+            after = await _propose_retrying(h, tool="read_file", arguments={"path": "b"})
+            await h.observer.wait_for("released", after, timeout=20)
+            assert (await h.service_history(before))["status"] == "released"
+        finally:
+            restarted.stop()
+
+
+async def _propose_retrying(h: Any, **kw: Any) -> str:
+    for _ in range(40):
+        try:
+            return await propose(h.nc, h.subjects, **kw)
+        except Exception:
+            await asyncio.sleep(0.25)
+    raise AssertionError("could not publish after the restart")
+
+
+async def test_a_message_that_keeps_failing_goes_to_the_dead_letter_subject(
+    nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running_service(nats_url, tmp_path, retry_base_delay=0.05) as h:
+        store = h.service.ctx.store  # type: ignore[union-attr]
+        calls = 0
+
+        async def always_failing(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            raise OSError("disk I/O error")
+
+        monkeypatch.setattr(store, "record_intake", always_failing)
+        pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
+        (dead,) = await h.observer.wait_for("dead", timeout=15)
+        assert calls == 5
+        assert dead["deliveries"] == 5
+        assert "gave up after 5 deliveries" in dead["error"]
+        assert "disk I/O error" in dead["error"]
+        assert pid in dead["payload"]
+        assert h.observer.of("released", pid) == []
+
+
+async def test_starting_without_a_reachable_nats_fails_with_a_clear_error(tmp_path: Path) -> None:
+    service = Service(
+        Settings(data_dir=tmp_path, nats_url="nats://127.0.0.1:1", connect_timeout=1.5)
+    )
+    with pytest.raises(ConnectError, match=r"cannot reach NATS at nats://127\.0\.0\.1:1"):
+        await service.start()
+
+
+def test_serve_against_an_unreachable_server_exits_with_a_message_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "workflow", "serve", "--nats-url", "nats://127.0.0.1:1",
+         "--data-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={"HEADGATE_CONNECT_TIMEOUT": "1", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "error: cannot reach NATS at nats://127.0.0.1:1" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+async def test_the_cli_reports_a_missing_service_clearly(fresh_nats: EmbeddedNats) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "workflow", "pending", "--nats-url", fresh_nats.url,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await proc.communicate()
+    assert proc.returncode == 2
+    assert "no Headgate service answers" in err.decode()
+    nc = await nats.connect(fresh_nats.url)
+    await nc.close()
