@@ -65,14 +65,7 @@ def postgres_available() -> str | None:
     return None
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(
-    request: pytest.FixtureRequest, tmp_path: Path, postgres_available: str | None
-) -> Iterator[str]:
-    """Each store/flow test runs on SQLite and on a fresh PostgreSQL database of its own."""
-    if request.param == "sqlite":
-        yield f"sqlite+aiosqlite:///{tmp_path / 'headgate.db'}"
-        return
+def _fresh_postgres(postgres_available: str | None) -> Iterator[str]:
     if postgres_available is not None:
         message = (
             f"PostgreSQL is not reachable at {PG_URL} ({postgres_available}); set "
@@ -88,3 +81,20 @@ def database_url(
         yield f"{base}/{name}"
     finally:
         asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(
+    request: pytest.FixtureRequest, tmp_path: Path, postgres_available: str | None
+) -> Iterator[str]:
+    """Each store/flow test runs on SQLite and on a fresh PostgreSQL database of its own."""
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'headgate.db'}"
+        return
+    yield from _fresh_postgres(postgres_available)
+
+
+@pytest.fixture
+def postgres_url(postgres_available: str | None) -> Iterator[str]:
+    """A fresh PostgreSQL database of this test's own."""
+    yield from _fresh_postgres(postgres_available)

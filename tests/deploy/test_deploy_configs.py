@@ -18,14 +18,10 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +32,19 @@ import yaml
 from nats.aio.client import Client
 from nats.js.api import ConsumerConfig
 
+from tests.support.natsproc import (
+    CLUSTER_NODES,
+    DEPLOY,
+    NATS_DIR,
+    NatsProcess,
+    Servers,
+    meta_group_formed,
+    port_map,
+    rewrite_config,
+    stage_nats_dir,
+    top_level_port,
+    wait_until,
+)
 from workflow.service.embedded import find_nats_server
 from workflow.service.streams import (
     ensure_consumer,
@@ -44,10 +53,6 @@ from workflow.service.streams import (
     stream_configs,
 )
 from workflow.subjects import Subjects
-
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-NATS_DIR = DEPLOY / "nats"
-CLUSTER_NODES = [NATS_DIR / "cluster" / f"node-{i}.conf" for i in (1, 2, 3)]
 
 # Example credentials of deploy/nats/accounts.conf: each hash there is of "<user>-dev-password".
 SERVICE, AGENT, APPROVER = "headgate", "builder-7", "alice"
@@ -81,131 +86,6 @@ REQUIRED_SETTINGS = {
     "--metrics-port": "HEADGATE_METRICS_PORT",
     "--replicas": "HEADGATE_STREAM_REPLICAS",
 }
-
-
-# ---------------------------------------------------------------------- config rewriting
-_ADDRESS = re.compile(r"\b(?:127\.0\.0\.1|0\.0\.0\.0|localhost):(\d{2,5})\b")
-_STORE_DIR = re.compile(r"(?m)^(\s*store_dir:\s*).*$")
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel just handed out; the sockets stay open until all are chosen."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def port_map(texts: list[str]) -> dict[int, int]:
-    """One free port for every distinct port the configs name (so routes stay consistent)."""
-    ports = sorted({int(m.group(1)) for text in texts for m in _ADDRESS.finditer(text)})
-    return dict(zip(ports, free_ports(len(ports)), strict=True))
-
-
-def rewrite_config(text: str, ports: Mapping[int, int], store_dir: Path) -> str:
-    """The same config on loopback with ``ports`` swapped and JetStream under ``store_dir``."""
-    text = _ADDRESS.sub(lambda m: f"127.0.0.1:{ports[int(m.group(1))]}", text)
-    text, count = _STORE_DIR.subn(lambda m: f'{m.group(1)}"{store_dir}"', text)
-    assert count == 1, "a Headgate nats config names exactly one JetStream store_dir"
-    return text
-
-
-def top_level_port(text: str, key: str) -> int:
-    found = re.search(rf"(?m)^{key}:\s*\S+:(\d+)\s*$", text)
-    assert found is not None, f"no top-level {key}: in config"
-    return int(found.group(1))
-
-
-# ---------------------------------------------------------------------- server processes
-@dataclass
-class NatsProcess:
-    name: str
-    config: Path
-    client_port: int
-    monitor_port: int
-    log: Path
-    process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.client_port}"
-
-    def start(self) -> None:
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                [find_nats_server(), "-c", str(self.config)],
-                cwd=self.config.parent,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-    def monitor(self, path: str) -> dict[str, Any]:
-        url = f"http://127.0.0.1:{self.monitor_port}{path}"
-        with urllib.request.urlopen(url, timeout=2) as response:
-            data: dict[str, Any] = json.loads(response.read())
-            return data
-
-    def assert_running(self) -> None:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise AssertionError(f"{self.name} exited:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL if it has not exited after 5 s."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=5)
-
-
-@dataclass
-class Servers:
-    """Every server a fixture started; the finaliser stops all of them, whatever happened."""
-
-    started: list[NatsProcess] = field(default_factory=list)
-
-    def start(self, server: NatsProcess) -> NatsProcess:
-        self.started.append(server)
-        server.start()
-        return server
-
-    def stop_all(self) -> None:
-        for server in self.started:
-            server.stop()
-
-
-def wait_until(predicate: Any, what: str, servers: list[NatsProcess], timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        for server in servers:
-            server.assert_running()
-        try:
-            if predicate():
-                return
-        except (OSError, urllib.error.URLError, KeyError, ValueError) as exc:
-            last = exc
-        time.sleep(0.05)
-    logs = "\n".join(f"--- {s.name}\n{s.log.read_text()[-1500:]}" for s in servers)
-    raise AssertionError(f"timed out waiting for {what} (last error: {last!r})\n{logs}")
-
-
-def stage_nats_dir(tmp: Path) -> Path:
-    """A temp copy of deploy/nats (relative includes keep working)."""
-    target = tmp / "nats"
-    shutil.copytree(NATS_DIR, target)
-    return target
 
 
 @pytest.fixture
@@ -309,11 +189,6 @@ def test_k8s_nats_config_passes_nats_server_t_with_the_accounts_beside_it(tmp_pa
 
 
 # ---------------------------------------------------------------------- the 3-node cluster
-def meta_group_formed(node: NatsProcess) -> bool:
-    meta = node.monitor("/jsz").get("meta_cluster", {})
-    return bool(meta.get("leader")) and meta.get("cluster_size") == 3
-
-
 async def test_cluster_forms_from_deploy_files_and_replicates_a_stream(
     tmp_path: Path, servers: Servers
 ) -> None:

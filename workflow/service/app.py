@@ -173,7 +173,7 @@ class Service:
         except BaseException:
             self._stop_embedded()
             raise
-        js = nc.jetstream()
+        js = nc.jetstream(timeout=10)
         try:
             await ensure_streams(js, self.subjects, s.replicas)
         except Exception as exc:

@@ -18,7 +18,7 @@ from workflow.messages import Proposal
 from workflow.policy.engine import evaluate
 from workflow.service.context import ServiceContext
 from workflow.service.routing import SERVICE_ACTOR, route
-from workflow.service.runner import settle_failure
+from workflow.service.runner import PublishedMarker, publish_events, settle_failure
 from workflow.store.audit import AuditEntry
 from workflow.store.repo import IntakeRecord, OutboxEvent
 
@@ -39,6 +39,14 @@ def describe_validation(exc: ValidationError) -> str:
 class Intake:
     def __init__(self, ctx: ServiceContext):
         self.ctx = ctx
+        # Marking outbox rows published is a write transaction of its own: coalesced across
+        # batches and kept off the path between a proposal and its result (measured: +16 %
+        # read throughput, lower p50; see docs/bench.md).
+        self.marker = PublishedMarker(ctx.store.mark_published)
+
+    async def flush(self) -> None:
+        """Finish marking published events (PullStage calls this when it stops)."""
+        await self.marker.flush()
 
     def _evaluate(self, msg: Msg) -> IntakeRecord | str:
         """The record for one message, or why it cannot be processed (a permanent problem)."""
@@ -94,14 +102,15 @@ class Intake:
                 good.append((msg, outcome))
         good, events = await self._commit(good, bad)
         try:
-            await self.ctx.publish(events)
+            published = await publish_events(self.ctx.js, events)
         except Exception as exc:
             # Effects are committed; the events stay in the outbox. Redelivery re-publishes them.
             log.warning("intake: publishing results failed (%s); will retry", exc)
             await self._retry(good, f"publishing results failed: {exc}")
-            good = []
+            good, published = [], []
         for msg, _ in good:
             await msg.ack()
+        self.marker.add(published)
         for msg, error in bad:
             try:
                 await self.ctx.dead(STAGE, msg, error)

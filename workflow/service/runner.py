@@ -157,6 +157,12 @@ class PullStage:
                 if self.metrics is not None:
                     self._observe(msgs, time.perf_counter() - started)
         finally:
+            flush = getattr(self.handler, "flush", None)
+            if flush is not None:
+                try:
+                    await asyncio.shield(flush())
+                except Exception:
+                    pass
             try:
                 await sub.unsubscribe()
             except Exception:
@@ -170,6 +176,37 @@ class PullStage:
         again = sum(1 for m in msgs if attempts(m) > 1)
         if again:
             self.metrics.redeliveries.labels(stage).inc(again)
+
+
+class PublishedMarker:
+    """Marks outbox rows as published in the background, many batches in one UPDATE.
+
+    Off the hot path: a stage acks once its events are committed and confirmed by JetStream;
+    the `published` flag only spares the republisher work. A mark lost to a crash means one
+    re-publish that JetStream drops as a duplicate (`Nats-Msg-Id`).
+    """
+
+    def __init__(self, mark: Callable[[list[str]], Awaitable[None]]):
+        self._mark = mark
+        self._ids: list[str] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, ids: Iterable[str]) -> None:
+        self._ids.extend(ids)
+        if self._ids and (self._task is None or self._task.done()):
+            self._task = asyncio.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while self._ids:
+            ids, self._ids = self._ids, []
+            try:
+                await self._mark(ids)
+            except Exception as exc:
+                log.warning("marking %d outbox events published failed (%s)", len(ids), exc)
+
+    async def flush(self) -> None:
+        if self._task is not None:
+            await self._task
 
 
 async def settle_failure(

@@ -16,8 +16,14 @@ that re-publishes after a crash is always deduplicated by `Nats-Msg-Id`.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 
+from nats.errors import ConnectionClosedError
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
@@ -27,9 +33,11 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
 )
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from workflow.subjects import Subjects
+
+log = logging.getLogger("headgate.streams")
 
 DAY = 24 * 3600.0
 DUPLICATE_WINDOW = 600.0
@@ -118,18 +126,48 @@ def consumer_config(spec: ConsumerSpec, *, max_ack_pending: int = 4096) -> Consu
     )
 
 
-async def ensure_streams(js: JetStreamContext, subjects: Subjects, replicas: int = 1) -> None:
-    """Create the streams, or bring an existing stream's config up to date."""
+async def ensure_streams(
+    js: JetStreamContext, subjects: Subjects, replicas: int = 1, *, deadline: float = 60.0
+) -> None:
+    """Create the streams, or bring an existing stream's config up to date.
+
+    Several replicas may start at once against a cluster that is still electing leaders, so
+    each step is retried (two creators race: the loser finds the stream and updates it).
+    """
     for config in stream_configs(subjects, replicas):
-        assert config.name is not None
-        try:
-            await js.stream_info(config.name)
-        except NotFoundError:
-            await js.add_stream(config=config)
-        else:
-            await js.update_stream(config=config)
+        await _retrying(partial(_ensure_stream, js, config), f"stream {config.name}", deadline)
 
 
-async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec) -> None:
+async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    assert config.name is not None
+    try:
+        await js.stream_info(config.name)
+    except NotFoundError:
+        await js.add_stream(config=config)
+    else:
+        await js.update_stream(config=config)
+
+
+async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec, deadline: float = 60.0) -> None:
     """Create the durable, or update it: a durable's config is not updated by re-binding."""
-    await js.add_consumer(spec.stream, config=consumer_config(spec))
+    await _retrying(
+        lambda: js.add_consumer(spec.stream, config=consumer_config(spec)),
+        f"consumer {spec.durable}",
+        deadline,
+    )
+
+
+async def _retrying(step: Callable[[], Awaitable[object]], what: str, deadline: float) -> None:
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + deadline
+    delay = 0.25
+    while True:
+        try:
+            await step()
+            return
+        except (TimeoutError, NatsTimeoutError, APIError, ConnectionClosedError) as exc:
+            if loop.time() + delay > give_up:
+                raise
+            log.info("creating %s: %s; retrying", what, exc or type(exc).__name__)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 3.0)
