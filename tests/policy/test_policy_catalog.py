@@ -7,8 +7,8 @@ import tomllib
 from typing import Any
 
 import pytest
-from tests.policy.policy_helpers import policy
 
+from tests.policy.policy_helpers import policy
 from workflow.classify.engine import definition_hash
 from workflow.errors import ConfigError
 from workflow.messages import Decision, ToolDefinition

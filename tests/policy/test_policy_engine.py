@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from tests.policy.policy_helpers import classified, policy, proposal
 
+from tests.policy.policy_helpers import classified, policy, proposal
 from workflow.classify.engine import definition_hash
 from workflow.classify.taxonomy import RiskClass, Severity
 from workflow.messages import ApprovalRequirement, Decision, ToolDefinition, Verdict

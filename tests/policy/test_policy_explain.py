@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from tests.policy.policy_helpers import classified, policy, proposal
-
 from workflow.classify.taxonomy import RiskClass, Severity
 from workflow.messages import Reason
 from workflow.policy.engine import evaluate

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.policy.policy_helpers import policy, user_key
 
+from tests.policy.policy_helpers import policy, user_key
 from workflow.classify.tables import ToolRule
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 from workflow.errors import PolicyError

@@ -8,16 +8,66 @@ from typing import Any
 
 from workflow.classify.hosts import URL_RE
 
-PATH_KEYS = frozenset({
-    "path", "paths", "file", "files", "file_path", "filepath", "filename", "file_name",
-    "target", "targets", "source", "sources", "src", "dest", "destination", "dst", "dir",
-    "dirs", "directory", "directories", "cwd", "workdir", "working_directory", "folder", "root",
-    "output", "output_path", "input", "input_path", "from", "to", "old_path", "new_path",
-    "location", "notebook_path", "script", "config", "config_path",
-})
+PATH_KEYS = frozenset(
+    {
+        "path",
+        "paths",
+        "file",
+        "files",
+        "file_path",
+        "filepath",
+        "filename",
+        "file_name",
+        "target",
+        "targets",
+        "source",
+        "sources",
+        "src",
+        "dest",
+        "destination",
+        "dst",
+        "dir",
+        "dirs",
+        "directory",
+        "directories",
+        "cwd",
+        "workdir",
+        "working_directory",
+        "folder",
+        "root",
+        "output",
+        "output_path",
+        "input",
+        "input_path",
+        "from",
+        "to",
+        "old_path",
+        "new_path",
+        "location",
+        "notebook_path",
+        "script",
+        "config",
+        "config_path",
+    }
+)
 _PATH_SUFFIXES = ("_path", "_paths", "_file", "_files", "_dir", "_directory", "_filename")
-URL_KEYS = frozenset({"url", "urls", "uri", "uris", "endpoint", "href", "link", "links",
-                      "base_url", "webhook", "callback", "server_url", "repository"})
+URL_KEYS = frozenset(
+    {
+        "url",
+        "urls",
+        "uri",
+        "uris",
+        "endpoint",
+        "href",
+        "link",
+        "links",
+        "base_url",
+        "webhook",
+        "callback",
+        "server_url",
+        "repository",
+    }
+)
 HOST_KEYS = frozenset({"host", "hostname", "domain", "server", "remote_host"})
 _LOOKS_LIKE_PATH = re.compile(r"^(?:/|~/|~$|\./|\.\./|\$HOME\b|file://)\S*$")
 MAX_DEPTH = 6
@@ -62,9 +112,9 @@ def _visit(value: Any, kind: str | None, out: ArgumentTargets, depth: int) -> No
             out.paths.append(value)
 
 
-def argument_targets(arguments: dict[str, Any], skip: frozenset[str] = frozenset()) -> (
-    ArgumentTargets
-):
+def argument_targets(
+    arguments: dict[str, Any], skip: frozenset[str] = frozenset()
+) -> ArgumentTargets:
     """Paths, URLs and hosts in the arguments, found by key name and by shape."""
     out = ArgumentTargets()
     _visit({k: v for k, v in arguments.items() if k not in skip}, None, out, 0)

@@ -28,13 +28,43 @@ from workflow.classify.shellstate import (
 from workflow.classify.targets import Access, check_path, normalise
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 
-_STD_DIRS = frozenset({"/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin",
-                       "/usr/local/sbin", "/opt/homebrew/bin", "/run/current-system/sw/bin"})
-SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "tcsh", "csh",
-                    "busybox"})
-INTERPRETERS = frozenset({"python", "python2", "python3", "perl", "ruby", "node", "nodejs",
-                          "deno", "bun", "php", "lua", "Rscript", "pwsh", "powershell",
-                          "osascript", "tclsh", "irb", "jshell"})
+_STD_DIRS = frozenset(
+    {
+        "/bin",
+        "/usr/bin",
+        "/usr/local/bin",
+        "/sbin",
+        "/usr/sbin",
+        "/usr/local/sbin",
+        "/opt/homebrew/bin",
+        "/run/current-system/sw/bin",
+    }
+)
+SHELLS = frozenset(
+    {"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "tcsh", "csh", "busybox"}
+)
+INTERPRETERS = frozenset(
+    {
+        "python",
+        "python2",
+        "python3",
+        "perl",
+        "ruby",
+        "node",
+        "nodejs",
+        "deno",
+        "bun",
+        "php",
+        "lua",
+        "Rscript",
+        "pwsh",
+        "powershell",
+        "osascript",
+        "tclsh",
+        "irb",
+        "jshell",
+    }
+)
 
 
 class Base(Enum):
@@ -117,9 +147,7 @@ def analyse_argv(
         return traits
     if name in ("cd", "pushd") and args:
         target = args[-1]
-        st.cwd = (
-            normalise(target.text, st.cwd, st.rules.home) if target.value else "/" + DYNAMIC
-        )
+        st.cwd = normalise(target.text, st.cwd, st.rules.home) if target.value else "/" + DYNAMIC
     said, traits, path_args = ruleset.apply(name, args, st, stdin_text)
     if said is None:
         checker = READ_ONLY.get(name)
@@ -306,8 +334,17 @@ def _env(name: str, args: list[Word], st: ShellState, stdin_text: str | None) ->
         return _nested(split, "The `env -S` text", st)
     while rest and rest[0].value is not None and "=" in rest[0].value:
         var = rest[0].value.split("=", 1)[0]
-        if var in ("PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "IFS",
-                   "BASH_ENV", "PYTHONPATH", "NODE_OPTIONS", "GIT_SSH_COMMAND"):
+        if var in (
+            "PATH",
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "DYLD_INSERT_LIBRARIES",
+            "IFS",
+            "BASH_ENV",
+            "PYTHONPATH",
+            "NODE_OPTIONS",
+            "GIT_SSH_COMMAND",
+        ):
             st.add(rules.sensitive_variable(var))
         rest = rest[1:]
     if not rest:
@@ -320,8 +357,12 @@ def _privileged(
     name: str, args: list[Word], st: ShellState, stdin_text: str | None
 ) -> frozenset[str]:
     st.add(rules.privileged_wrapper(name, args))
-    rest = _skip_options(args, frozenset({"-u", "-g", "-U", "-C", "-D", "-h", "-p", "-r",
-                                          "-t", "-T", "--user", "--group"}))
+    rest = _skip_options(
+        args,
+        frozenset(
+            {"-u", "-g", "-U", "-C", "-D", "-h", "-p", "-r", "-t", "-T", "--user", "--group"}
+        ),
+    )
     if name == "su":
         code = _flag_value(args, ("-c", "--command"))
         return _nested(code, "The `su -c` text", st) if code is not None else frozenset()
@@ -333,16 +374,31 @@ def _privileged(
 
 
 def _xargs(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
-    rest = _skip_options(args, frozenset({"-n", "-I", "-P", "-d", "-L", "-a", "-E", "-s",
-                                          "-i", "--max-args", "--delimiter", "--arg-file"}))
+    rest = _skip_options(
+        args,
+        frozenset(
+            {
+                "-n",
+                "-I",
+                "-P",
+                "-d",
+                "-L",
+                "-a",
+                "-E",
+                "-s",
+                "-i",
+                "--max-args",
+                "--delimiter",
+                "--arg-file",
+            }
+        ),
+    )
     if not rest:
         rest = [Word.of("echo")]
     return analyse_argv([*rest, UNKNOWN_WORD], st, None)
 
 
-def _timeout(
-    name: str, args: list[Word], st: ShellState, stdin_text: str | None
-) -> frozenset[str]:
+def _timeout(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
     rest = _skip_options(args, frozenset({"-s", "-k", "--signal", "--kill-after"}))
     return analyse_argv(rest[1:], st, stdin_text) if len(rest) > 1 else _bare(name, args, st)
 
@@ -390,7 +446,9 @@ _WRAPPERS: dict[str, rules.Wrapper] = {
     "setsid": _plain(frozenset()),
     "command": lambda n, a, s, i: (
         analyse_argv(_skip_options(a, frozenset()), s, i)
-        if a and a[0].value not in ("-v", "-V") else _bare(n, a, s)),
+        if a and a[0].value not in ("-v", "-V")
+        else _bare(n, a, s)
+    ),
     "builtin": _plain(frozenset()),
     "exec": _plain(frozenset({"-a"})),
     "unbuffer": _plain(frozenset()),

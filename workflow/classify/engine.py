@@ -31,14 +31,21 @@ _CAPABILITY: dict[Capability, tuple[RiskClass, Severity, tuple[Category, ...], s
     Capability.PERSIST: (RiskClass.WRITE_LOCAL, Severity.MEDIUM, (), "persists data"),
     Capability.EXEC: (RiskClass.EXEC, Severity.HIGH, (), "executes code"),
     Capability.EGRESS_FETCH: (
-        RiskClass.EGRESS, Severity.MEDIUM, (Category.NETWORK,), "fetches from the network"
+        RiskClass.EGRESS,
+        Severity.MEDIUM,
+        (Category.NETWORK,),
+        "fetches from the network",
     ),
     Capability.EGRESS_PROVIDER: (
-        RiskClass.EXTERNAL, Severity.MEDIUM, (Category.NETWORK,),
+        RiskClass.EXTERNAL,
+        Severity.MEDIUM,
+        (Category.NETWORK,),
         "sends data to an outside provider",
     ),
     Capability.AUTHZ: (
-        RiskClass.EXTERNAL, Severity.CRITICAL, (Category.PRIVILEGED,),
+        RiskClass.EXTERNAL,
+        Severity.CRITICAL,
+        (Category.PRIVILEGED,),
         "changes authorisation (who may do what)",
     ),
 }
@@ -165,8 +172,9 @@ def _tool_layer(
         )
     if command is not None and (is_shell or rule is None):
         ctx = proposal.context
-        acc.extend(command_findings(command, ctx.cwd if ctx else None,
-                                    ctx.shell if ctx else None, tables))
+        acc.extend(
+            command_findings(command, ctx.cwd if ctx else None, ctx.shell if ctx else None, tables)
+        )
     return None if is_shell else rule
 
 

@@ -68,8 +68,7 @@ def hint_findings(
         out.append(
             finding(
                 "hints.open_world",
-                f"The author of `{tool}` marks it as reaching the outside world ({risk}, "
-                "medium).",
+                f"The author of `{tool}` marks it as reaching the outside world ({risk}, medium).",
                 risk,
                 Severity.MEDIUM,
                 Category.NETWORK,

@@ -17,11 +17,33 @@ from workflow.classify.findings import Finding, finding, note
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 
 URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$")
-_NET_SCHEMES = frozenset({"http", "https", "ftp", "ftps", "ws", "wss", "sftp", "ssh", "git",
-                          "rsync", "smb", "telnet", "ldap", "ldaps", "gopher", "dict", "tftp",
-                          "s3", "gs", "scp"})
-_METADATA_HOSTS = frozenset({"169.254.169.254", "fd00:ec2::254", "metadata.google.internal",
-                             "metadata", "100.100.100.200"})
+_NET_SCHEMES = frozenset(
+    {
+        "http",
+        "https",
+        "ftp",
+        "ftps",
+        "ws",
+        "wss",
+        "sftp",
+        "ssh",
+        "git",
+        "rsync",
+        "smb",
+        "telnet",
+        "ldap",
+        "ldaps",
+        "gopher",
+        "dict",
+        "tftp",
+        "s3",
+        "gs",
+        "scp",
+    }
+)
+_METADATA_HOSTS = frozenset(
+    {"169.254.169.254", "fd00:ec2::254", "metadata.google.internal", "metadata", "100.100.100.200"}
+)
 _BLOB = re.compile(r"[A-Za-z0-9+/=_-]{32,}")
 NET = Category.NETWORK
 

@@ -47,8 +47,7 @@ class ModelClassifierConfig(BaseModel):
     enabled: bool = Field(default=False, description="Off unless set to true.")
     base_url: str = Field(
         default="http://127.0.0.1:8000",
-        description="Base URL of an OpenAI-compatible server; `/v1/chat/completions` is "
-        "appended.",
+        description="Base URL of an OpenAI-compatible server; `/v1/chat/completions` is appended.",
     )
     model: str = Field(default="", description="Model name sent in the request.")
     api_key_env: str | None = Field(

@@ -56,8 +56,11 @@ _SED_WRITE = re.compile(r"(^|[;}\s/0-9$])[wWe](\s|$|;)|/[gpiImM0-9]*[wWe]")
 
 def _sed(args: list[Word]) -> bool:
     vals = _values(args)
-    if any(v.startswith(("-i", "--in-place")) or (v.startswith("-") and "i" in v[1:] and
-                                                   not v.startswith("--")) for v in vals):
+    if any(
+        v.startswith(("-i", "--in-place"))
+        or (v.startswith("-") and "i" in v[1:] and not v.startswith("--"))
+        for v in vals
+    ):
         return False
     if any(v.startswith("-") and "f" in v[1:] and not v.startswith("--") for v in vals):
         return False  # a script file we cannot see
@@ -65,9 +68,7 @@ def _sed(args: list[Word]) -> bool:
     for i, v in enumerate(vals):
         if v in ("-e", "--expression") and i + 1 < len(vals):
             scripts.append(vals[i + 1])
-    return not any(_SED_WRITE.search(s) for s in scripts) and all(
-        a.value is not None for a in args
-    )
+    return not any(_SED_WRITE.search(s) for s in scripts) and all(a.value is not None for a in args)
 
 
 _AWK_UNSAFE = re.compile(r"system|getline|\||>|print[f]?\s*>|fflush|close|@load|ENVIRON")
@@ -81,8 +82,9 @@ def _awk(args: list[Word]) -> bool:
     return all(a.value is not None for a in args) and not _AWK_UNSAFE.search(program)
 
 
-_FIND_UNSAFE = frozenset({"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint",
-                          "-fprint0", "-fprintf", "-fls"})
+_FIND_UNSAFE = frozenset(
+    {"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"}
+)
 
 
 def _find(args: list[Word]) -> bool:
@@ -114,19 +116,126 @@ READ_ONLY: dict[str, Checker] = {
     **{
         name: _always
         for name in (
-            "ls", "dir", "vdir", "cat", "head", "tail", "wc", "grep", "egrep", "fgrep", "ag",
-            "ack", "pwd", "echo", "printf", "true", "false", ":", "whoami", "id", "groups",
-            "uname", "stat", "file", "du", "df", "tree", "which", "type", "whereis",
-            "basename", "dirname", "realpath", "readlink", "cut", "tr", "diff", "cmp",
-            "comm", "jq", "nl", "od", "hexdump", "strings", "md5sum", "sha1sum", "sha224sum",
-            "sha256sum", "sha384sum", "sha512sum", "shasum", "cksum", "b2sum", "md5",
-            "column", "seq", "test", "[", "[[", "tac", "rev", "fold", "fmt", "paste", "join",
-            "expand", "unexpand", "ps", "free", "uptime", "nproc", "locale", "less", "more",
-            "lsblk", "lscpu", "arch", "tty", "sleep", "wait", "cd", "pushd", "popd",
-            "dirs", "zcat", "zgrep", "bzcat", "xzcat", "look", "getconf", "lsof", "pgrep",
-            "fd", "fdfind", "bat", "batcat", "exa", "eza", "cal", "numfmt", "tsort", "pr",
-            "iconv", "shuf", "yes", "nl", "expr", "w", "who", "users", "last", "logname",
-            "vmstat", "iostat", "tput", "clear", "help", "hash", "tldr", "mktemp",
+            "ls",
+            "dir",
+            "vdir",
+            "cat",
+            "head",
+            "tail",
+            "wc",
+            "grep",
+            "egrep",
+            "fgrep",
+            "ag",
+            "ack",
+            "pwd",
+            "echo",
+            "printf",
+            "true",
+            "false",
+            ":",
+            "whoami",
+            "id",
+            "groups",
+            "uname",
+            "stat",
+            "file",
+            "du",
+            "df",
+            "tree",
+            "which",
+            "type",
+            "whereis",
+            "basename",
+            "dirname",
+            "realpath",
+            "readlink",
+            "cut",
+            "tr",
+            "diff",
+            "cmp",
+            "comm",
+            "jq",
+            "nl",
+            "od",
+            "hexdump",
+            "strings",
+            "md5sum",
+            "sha1sum",
+            "sha224sum",
+            "sha256sum",
+            "sha384sum",
+            "sha512sum",
+            "shasum",
+            "cksum",
+            "b2sum",
+            "md5",
+            "column",
+            "seq",
+            "test",
+            "[",
+            "[[",
+            "tac",
+            "rev",
+            "fold",
+            "fmt",
+            "paste",
+            "join",
+            "expand",
+            "unexpand",
+            "ps",
+            "free",
+            "uptime",
+            "nproc",
+            "locale",
+            "less",
+            "more",
+            "lsblk",
+            "lscpu",
+            "arch",
+            "tty",
+            "sleep",
+            "wait",
+            "cd",
+            "pushd",
+            "popd",
+            "dirs",
+            "zcat",
+            "zgrep",
+            "bzcat",
+            "xzcat",
+            "look",
+            "getconf",
+            "lsof",
+            "pgrep",
+            "fd",
+            "fdfind",
+            "bat",
+            "batcat",
+            "exa",
+            "eza",
+            "cal",
+            "numfmt",
+            "tsort",
+            "pr",
+            "iconv",
+            "shuf",
+            "yes",
+            "nl",
+            "expr",
+            "w",
+            "who",
+            "users",
+            "last",
+            "logname",
+            "vmstat",
+            "iostat",
+            "tput",
+            "clear",
+            "help",
+            "hash",
+            "tldr",
+            "mktemp",
         )
     },
     "date": _date,
@@ -149,18 +258,75 @@ READ_ONLY: dict[str, Checker] = {
 
 # --------------------------------------------------------------------------- git
 
-_GIT_READ = frozenset({
-    "status", "log", "show", "blame", "annotate", "shortlog", "describe", "rev-parse",
-    "rev-list", "ls-files", "ls-tree", "cat-file", "grep", "whatchanged", "show-ref",
-    "name-rev", "merge-base", "count-objects", "version", "help", "cherry", "for-each-ref",
-    "check-ignore", "check-attr", "show-branch", "range-diff", "verify-commit", "verify-tag",
-})
+_GIT_READ = frozenset(
+    {
+        "status",
+        "log",
+        "show",
+        "blame",
+        "annotate",
+        "shortlog",
+        "describe",
+        "rev-parse",
+        "rev-list",
+        "ls-files",
+        "ls-tree",
+        "cat-file",
+        "grep",
+        "whatchanged",
+        "show-ref",
+        "name-rev",
+        "merge-base",
+        "count-objects",
+        "version",
+        "help",
+        "cherry",
+        "for-each-ref",
+        "check-ignore",
+        "check-attr",
+        "show-branch",
+        "range-diff",
+        "verify-commit",
+        "verify-tag",
+    }
+)
 _GIT_DIFF_UNSAFE = ("--output", "--ext-diff", "--textconv")
-_BRANCH_WRITE = frozenset({"-d", "-D", "-m", "-M", "-c", "-C", "--delete", "--move", "--copy",
-                           "--set-upstream-to", "-u", "--unset-upstream", "--edit-description",
-                           "-f", "--force", "--track", "-t"})
-_BRANCH_LIST = frozenset({"--list", "-l", "-a", "--all", "-r", "--remotes", "--contains",
-                          "--merged", "--no-merged", "--points-at", "--show-current"})
+_BRANCH_WRITE = frozenset(
+    {
+        "-d",
+        "-D",
+        "-m",
+        "-M",
+        "-c",
+        "-C",
+        "--delete",
+        "--move",
+        "--copy",
+        "--set-upstream-to",
+        "-u",
+        "--unset-upstream",
+        "--edit-description",
+        "-f",
+        "--force",
+        "--track",
+        "-t",
+    }
+)
+_BRANCH_LIST = frozenset(
+    {
+        "--list",
+        "-l",
+        "-a",
+        "--all",
+        "-r",
+        "--remotes",
+        "--contains",
+        "--merged",
+        "--no-merged",
+        "--points-at",
+        "--show-current",
+    }
+)
 
 
 def _git_listing(sub: str, rest: list[str]) -> bool:

@@ -51,7 +51,9 @@ def runs_download(what: str) -> Finding:
     return finding(
         "shell.download_execute",
         f"`{what}` executes code that was just downloaded or decoded (critical).",
-        X, CRIT, N,
+        X,
+        CRIT,
+        N,
     )
 
 
@@ -62,7 +64,9 @@ def runs_unknown_code(label: str, traits: frozenset[str]) -> Finding:
         "shell.dynamic_code",
         f"{label} is only known at run time, so what it runs cannot be analysed; it fails "
         "closed (exec, high).",
-        X, HIGH, fail_closed=True,
+        X,
+        HIGH,
+        fail_closed=True,
     )
 
 
@@ -72,11 +76,21 @@ def inline_code(name: str, code: Word) -> Finding:
     if re.search(r"urllib|requests|http\.client|socket|fetch\(|LWP|Net::|open-uri", text):
         cats.append(N)
     if re.search(r"rmtree|os\.remove|unlink|rm_rf|rmdir|fs\.rm", text):
-        return finding("shell.inline_code_delete",
-                       f"`{name}` runs inline code that deletes files (destructive, high).",
-                       DE, HIGH, D, *cats)
-    return finding("shell.inline_code", f"`{name}` runs inline code, which is not analysed "
-                   "(exec, high).", X, HIGH, *cats)
+        return finding(
+            "shell.inline_code_delete",
+            f"`{name}` runs inline code that deletes files (destructive, high).",
+            DE,
+            HIGH,
+            D,
+            *cats,
+        )
+    return finding(
+        "shell.inline_code",
+        f"`{name}` runs inline code, which is not analysed (exec, high).",
+        X,
+        HIGH,
+        *cats,
+    )
 
 
 def sensitive_variable(var: str) -> Finding:
@@ -84,7 +98,9 @@ def sensitive_variable(var: str) -> Finding:
         "shell.sensitive_variable",
         f"The command sets `{var}`, which changes which programs run, so the analysis cannot "
         "vouch for it (exec, high).",
-        X, HIGH, fail_closed=True,
+        X,
+        HIGH,
+        fail_closed=True,
     )
 
 
@@ -93,7 +109,9 @@ def env_dump(cmd: str) -> Finding:
         "shell.env_dump",
         f"`{cmd}` prints the environment, which usually holds API keys and tokens "
         "(secret_access, high).",
-        EG, HIGH, S,
+        EG,
+        HIGH,
+        S,
     )
 
 
@@ -104,40 +122,74 @@ def privileged_wrapper(name: str, args: list[Word]) -> Finding:
         f"shell.{name}",
         f"`{name} {shown(args)}`".replace(" `", "`") + " runs with another user's "
         f"privileges (privileged, {sev}).",
-        X, sev, P,
+        X,
+        sev,
+        P,
     )
 
 
 def find_rules(args: list[Word], st: ShellState) -> None:
     if any(a.value == "-delete" for a in args):
-        st.add(finding("shell.find_delete",
-                       f"`find {shown(args)}` deletes every file it matches (destructive, high).",
-                       DE, HIGH, D))
+        st.add(
+            finding(
+                "shell.find_delete",
+                f"`find {shown(args)}` deletes every file it matches (destructive, high).",
+                DE,
+                HIGH,
+                D,
+            )
+        )
 
 
 # --------------------------------------------------------------------------- destructive
 
-_SYSTEM_DIRS = frozenset({"/", "/etc", "/usr", "/var", "/bin", "/sbin", "/lib", "/boot",
-                          "/home", "/opt", "/System", "/Library", "/Users", "/root", "/dev"})
+_SYSTEM_DIRS = frozenset(
+    {
+        "/",
+        "/etc",
+        "/usr",
+        "/var",
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/boot",
+        "/home",
+        "/opt",
+        "/System",
+        "/Library",
+        "/Users",
+        "/root",
+        "/dev",
+    }
+)
 
 
 def _rm(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
     recursive = _has_flag(args, "--recursive", short="rR")
     targets = [normalise(a.approx, st.cwd, st.rules.home) for a in _positional(args)]
     wide = any(t in _SYSTEM_DIRS or t == st.rules.home or "*" in t for t in targets) or (
-        _has_flag(args, "--no-preserve-root"))
+        _has_flag(args, "--no-preserve-root")
+    )
     sev = CRIT if wide and recursive else HIGH if recursive else MED
     what = "recursively deletes" if recursive else "deletes"
-    st.add(finding("shell.rm_recursive" if recursive else "shell.rm",
-                   f"`{name} {shown(args)}` {what} files (destructive, {sev}).", DE, sev, D))
+    st.add(
+        finding(
+            "shell.rm_recursive" if recursive else "shell.rm",
+            f"`{name} {shown(args)}` {what} files (destructive, {sev}).",
+            DE,
+            sev,
+            D,
+        )
+    )
     return EXEC
 
 
 def _simple(rule: str, text: str, risk: RiskClass, sev: Severity, *cats: Category) -> Rule:
     def apply(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
         label = ", ".join([*(c.value for c in cats), sev.value])
-        st.add(finding(rule, f"`{shown([Word.of(name), *args])}` {text} ({label}).",
-                       risk, sev, *cats))
+        st.add(
+            finding(rule, f"`{shown([Word.of(name), *args])}` {text} ({label}).", risk, sev, *cats)
+        )
         return EXEC
 
     return apply
@@ -148,21 +200,33 @@ def _dd(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> 
     if out is None:
         return EXEC
     sev = CRIT if out.startswith("/dev/") and out not in ("/dev/null", "/dev/stdout") else HIGH
-    st.add(finding("shell.dd", f"`dd` overwrites `{out}` block by block (destructive, {sev}).",
-                   DE, sev, D))
+    st.add(
+        finding(
+            "shell.dd", f"`dd` overwrites `{out}` block by block (destructive, {sev}).", DE, sev, D
+        )
+    )
     return ("exec", frozenset(), [Word.of(out)])
 
 
 def _truncation(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
-    st.add(finding(f"shell.{name}", f"`{name} {shown(args)}` destroys file contents "
-                   "(destructive, high).", DE, HIGH, D))
+    st.add(
+        finding(
+            f"shell.{name}",
+            f"`{name} {shown(args)}` destroys file contents (destructive, high).",
+            DE,
+            HIGH,
+            D,
+        )
+    )
     return EXEC
 
 
 # --------------------------------------------------------------------------- SQL
 
-_SQL_CRIT = re.compile(r"(?i)\b(DROP\s+(TABLE|DATABASE|SCHEMA|INDEX|VIEW|USER|ROLE|OWNED)|"
-                       r"TRUNCATE)\b")
+_SQL_CRIT = re.compile(
+    r"(?i)\b(DROP\s+(TABLE|DATABASE|SCHEMA|INDEX|VIEW|USER|ROLE|OWNED)|"
+    r"TRUNCATE)\b"
+)
 _SQL_DELETE = re.compile(r"(?i)\bDELETE\s+FROM\b")
 _SQL_UPDATE = re.compile(r"(?i)\bUPDATE\s+\S+\s+SET\b")
 _SQL_WHERE = re.compile(r"(?i)\bWHERE\b")
@@ -174,17 +238,39 @@ def sql_findings(client: str, sql: str) -> list[Finding]:
     out: list[Finding] = []
     short = sql if len(sql) <= 60 else sql[:59] + "…"
     if _SQL_CRIT.search(sql):
-        out.append(finding("shell.sql_drop", f"`{client}` runs `{short}`, which drops or "
-                           "empties whole tables (destructive, critical).", DE, CRIT, D))
+        out.append(
+            finding(
+                "shell.sql_drop",
+                f"`{client}` runs `{short}`, which drops or "
+                "empties whole tables (destructive, critical).",
+                DE,
+                CRIT,
+                D,
+            )
+        )
     for stmt in sql.split(";"):
         for pattern, verb in ((_SQL_DELETE, "DELETE"), (_SQL_UPDATE, "UPDATE")):
             if pattern.search(stmt) and not _SQL_WHERE.search(stmt):
-                out.append(finding(f"shell.sql_{verb.lower()}_all",
-                                   f"`{client}` runs a {verb} without WHERE, which changes "
-                                   "every row (destructive, critical).", DE, CRIT, D))
+                out.append(
+                    finding(
+                        f"shell.sql_{verb.lower()}_all",
+                        f"`{client}` runs a {verb} without WHERE, which changes "
+                        "every row (destructive, critical).",
+                        DE,
+                        CRIT,
+                        D,
+                    )
+                )
     if _SQL_PRIV.search(sql):
-        out.append(finding("shell.sql_privileges", f"`{client}` changes database users or "
-                           "grants (privileged, high).", X, HIGH, P))
+        out.append(
+            finding(
+                "shell.sql_privileges",
+                f"`{client}` changes database users or grants (privileged, high).",
+                X,
+                HIGH,
+                P,
+            )
+        )
     return out
 
 
@@ -205,9 +291,23 @@ def _sql_client(name: str, args: list[Word], st: ShellState, stdin_text: str | N
     for text in texts:
         st.add(*sql_findings(name, text))
         if name == "redis-cli" and re.search(r"(?i)\bFLUSH(ALL|DB)\b", text):
-            st.add(finding("shell.redis_flush", "`redis-cli` flushes the whole database "
-                           "(destructive, critical).", DE, CRIT, D))
+            st.add(
+                finding(
+                    "shell.redis_flush",
+                    "`redis-cli` flushes the whole database (destructive, critical).",
+                    DE,
+                    CRIT,
+                    D,
+                )
+            )
         if re.search(r"dropDatabase|\.drop\(\)|deleteMany\(\{\}\)", text):
-            st.add(finding("shell.mongo_drop", f"`{name}` drops a collection or database "
-                           "(destructive, critical).", DE, CRIT, D))
+            st.add(
+                finding(
+                    "shell.mongo_drop",
+                    f"`{name}` drops a collection or database (destructive, critical).",
+                    DE,
+                    CRIT,
+                    D,
+                )
+            )
     return ("exec", frozenset(), _positional(args)[:1] if name in ("sqlite3", "duckdb") else [])

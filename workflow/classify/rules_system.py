@@ -47,29 +47,58 @@ def DYNAMIC_IN(text: str) -> bool:
 
 def _network(rule: str, text: str) -> Rule:
     def apply(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
-        st.add(finding(rule, f"`{shown([Word.of(name), *args])}` {text} (network, high).",
-                       X, HIGH, N))
+        st.add(
+            finding(rule, f"`{shown([Word.of(name), *args])}` {text} (network, high).", X, HIGH, N)
+        )
         _urls(name, args, st)
         return EXEC
 
     return apply
 
 
-_UPLOAD = ("-d", "--data", "--data-binary", "--data-raw", "--data-urlencode", "-F", "--form",
-           "-T", "--upload-file", "--post-data", "--post-file", "--body-data", "--body-file")
+_UPLOAD = (
+    "-d",
+    "--data",
+    "--data-binary",
+    "--data-raw",
+    "--data-urlencode",
+    "-F",
+    "--form",
+    "-T",
+    "--upload-file",
+    "--post-data",
+    "--post-file",
+    "--body-data",
+    "--body-file",
+)
 
 
 def _fetcher(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
-    st.add(finding("shell.network_fetch", f"`{shown([Word.of(name), *args])}` transfers data "
-                   "over the network (network, high).", X, HIGH, N))
+    st.add(
+        finding(
+            "shell.network_fetch",
+            f"`{shown([Word.of(name), *args])}` transfers data over the network (network, high).",
+            X,
+            HIGH,
+            N,
+        )
+    )
     _urls(name, args, st)
     if not any(URL_RE.match(a.text) for a in args) and _positional(args):
         st.add(*host_findings(None, st.trusted, f"`{name}`"))
     vals = _vals(args)
-    if any(v in _UPLOAD or v.startswith(tuple(u + "=" for u in _UPLOAD if u[1] == "-"))
-           for v in vals):
-        st.add(finding("shell.upload", f"`{name}` sends local data in the request body "
-                       "(egress of that data, high).", EG, HIGH, N))
+    if any(
+        v in _UPLOAD or v.startswith(tuple(u + "=" for u in _UPLOAD if u[1] == "-")) for v in vals
+    ):
+        st.add(
+            finding(
+                "shell.upload",
+                f"`{name}` sends local data in the request body (egress of that data, high).",
+                EG,
+                HIGH,
+                N,
+            )
+        )
     paths: list[Word] = []
     for i, v in enumerate(vals):
         if v in ("-o", "--output", "-O", "--output-document") and i + 1 < len(vals):
@@ -89,18 +118,40 @@ def _fetcher(name: str, args: list[Word], st: ShellState, stdin_text: str | None
 
 def _netcat(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
     if _has_flag(args, "-e", "-c", "--exec", "--sh-exec", "--lua-exec"):
-        st.add(finding("shell.netcat_exec", f"`{name}` with `-e`/`-c` serves a shell over the "
-                       "network (a reverse or bind shell) (network, critical).", X, CRIT, N))
-    st.add(finding("shell.netcat", f"`{name} {shown(args)}` opens a raw network connection "
-                   "(network, high).", X, HIGH, N))
+        st.add(
+            finding(
+                "shell.netcat_exec",
+                f"`{name}` with `-e`/`-c` serves a shell over the "
+                "network (a reverse or bind shell) (network, critical).",
+                X,
+                CRIT,
+                N,
+            )
+        )
+    st.add(
+        finding(
+            "shell.netcat",
+            f"`{name} {shown(args)}` opens a raw network connection (network, high).",
+            X,
+            HIGH,
+            N,
+        )
+    )
     hosts = [a for a in _positional(args) if not a.text.isdigit()]
     st.add(*host_findings(hosts[0].value if hosts else None, st.trusted, f"`{name}`"))
     return ("exec", frozenset({FETCH}), [])
 
 
 def _remote(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
-    st.add(finding("shell.remote", f"`{name} {shown(args)}` connects to another machine "
-                   "(network, high).", X, HIGH, N))
+    st.add(
+        finding(
+            "shell.remote",
+            f"`{name} {shown(args)}` connects to another machine (network, high).",
+            X,
+            HIGH,
+            N,
+        )
+    )
     opts = {"-i", "-p", "-P", "-o", "-l", "-F", "-J", "-L", "-R", "-D", "-e", "-c", "-W"}
     pos: list[Word] = []
     skip = False
@@ -116,10 +167,18 @@ def _remote(name: str, args: list[Word], st: ShellState, stdin_text: str | None)
         hosts = hosts or [pos[0].text]
         if len(pos) > 1 and all(p.value is not None for p in pos[1:]):
             st.nested(" ".join(p.text for p in pos[1:]), "The remote `ssh` command", st)
-    if name == "rsync" and _has_flag(args, "--delete", "--delete-after", "--delete-before",
-                                     "--remove-source-files"):
-        st.add(finding("shell.rsync_delete", "`rsync --delete` removes files at the "
-                       "destination (destructive, high).", DE, HIGH, D))
+    if name == "rsync" and _has_flag(
+        args, "--delete", "--delete-after", "--delete-before", "--remove-source-files"
+    ):
+        st.add(
+            finding(
+                "shell.rsync_delete",
+                "`rsync --delete` removes files at the destination (destructive, high).",
+                DE,
+                HIGH,
+                D,
+            )
+        )
     for h in hosts:
         st.add(*host_findings(h, st.trusted, f"`{name}`"))
     local = [a for a in pos if remote_host(a.text) is None]
@@ -128,24 +187,30 @@ def _remote(name: str, args: list[Word], st: ShellState, stdin_text: str | None)
 
 # --------------------------------------------------------------------------- git
 
-_GIT_NET = frozenset({"push", "fetch", "pull", "clone", "ls-remote", "send-email",
-                      "request-pull", "archive"})
-_GIT_GLOBAL_VALUE = frozenset({"-C", "--git-dir", "--work-tree", "--namespace", "-c",
-                               "--exec-path", "--config-env"})
+_GIT_NET = frozenset(
+    {"push", "fetch", "pull", "clone", "ls-remote", "send-email", "request-pull", "archive"}
+)
+_GIT_GLOBAL_VALUE = frozenset(
+    {"-C", "--git-dir", "--work-tree", "--namespace", "-c", "--exec-path", "--config-env"}
+)
 
 
 def _git_destructive(sub: str, rest: list[Word]) -> str | None:
     vals = _vals(rest)
     pos = [v for v in vals if not v.startswith("-")]
     if sub == "push" and (
-        _has_flag(rest, "--force", "--force-with-lease", "--mirror", "--delete", "--prune",
-                  short="fd") or any(v.startswith(("+", ":")) for v in pos[1:])
+        _has_flag(
+            rest, "--force", "--force-with-lease", "--mirror", "--delete", "--prune", short="fd"
+        )
+        or any(v.startswith(("+", ":")) for v in pos[1:])
     ):
         return "force-pushes or deletes remote history"
     if sub == "reset" and _has_flag(rest, "--hard", "--merge", "--keep"):
         return "discards commits and uncommitted changes"
-    if sub == "clean" and _has_flag(rest, "--force", short="f") and not _has_flag(
-        rest, "--dry-run", short="n"
+    if (
+        sub == "clean"
+        and _has_flag(rest, "--force", short="f")
+        and not _has_flag(rest, "--dry-run", short="n")
     ):
         return "deletes untracked files"
     if sub == "checkout" and ("--" in vals or "." in pos or _has_flag(rest, "--force", "-f")):
@@ -156,8 +221,9 @@ def _git_destructive(sub: str, rest: list[Word]) -> str | None:
         sub == "branch" and _has_flag(rest, "-D", "--delete")
     ):
         return "deletes stashed work or branches"
-    if sub in ("filter-branch", "filter-repo") or (sub == "reflog" and pos[:1] in (["expire"],
-                                                                                  ["delete"])):
+    if sub in ("filter-branch", "filter-repo") or (
+        sub == "reflog" and pos[:1] in (["expire"], ["delete"])
+    ):
         return "rewrites or expires history"
     if sub == "gc" and any(v.startswith("--prune") for v in vals):
         return "prunes unreachable commits"
@@ -169,9 +235,16 @@ def _git(name: str, args: list[Word], st: ShellState, stdin_text: str | None) ->
     while i < len(args) and args[i].text.startswith("-"):
         flag = args[i].text
         if flag in ("-c", "--config-env", "--exec-path") or flag.startswith("--exec-path="):
-            st.add(finding("shell.git_config_injection", f"`git {flag}` sets configuration for "
-                           "this run, which can make git run arbitrary programs (exec, high).",
-                           X, HIGH, fail_closed=True))
+            st.add(
+                finding(
+                    "shell.git_config_injection",
+                    f"`git {flag}` sets configuration for "
+                    "this run, which can make git run arbitrary programs (exec, high).",
+                    X,
+                    HIGH,
+                    fail_closed=True,
+                )
+            )
         if flag in _GIT_GLOBAL_VALUE and i + 1 < len(args):
             if flag in ("-C", "--git-dir", "--work-tree"):
                 paths.append(args[i + 1])
@@ -183,12 +256,27 @@ def _git(name: str, args: list[Word], st: ShellState, stdin_text: str | None) ->
     harm = _git_destructive(sub, rest)
     if harm:
         cats = (D, N) if sub == "push" else (D,)
-        st.add(finding(f"shell.git_{sub}_destructive", f"`git {sub} {shown(rest)}` {harm} "
-                       "(destructive, high).", DE, HIGH, *cats))
-    if sub in _GIT_NET or (sub in ("submodule", "remote") and rest[:1] and
-                           rest[0].text in ("update", "add")):
-        st.add(finding("shell.git_network", f"`git {sub}` talks to a remote repository "
-                       "(network, high).", X, HIGH, N))
+        st.add(
+            finding(
+                f"shell.git_{sub}_destructive",
+                f"`git {sub} {shown(rest)}` {harm} (destructive, high).",
+                DE,
+                HIGH,
+                *cats,
+            )
+        )
+    if sub in _GIT_NET or (
+        sub in ("submodule", "remote") and rest[:1] and rest[0].text in ("update", "add")
+    ):
+        st.add(
+            finding(
+                "shell.git_network",
+                f"`git {sub}` talks to a remote repository (network, high).",
+                X,
+                HIGH,
+                N,
+            )
+        )
         _urls("git", rest, st)
         return ("exec", frozenset({FETCH}), paths)
     if git_is_read(sub, rest):
@@ -198,8 +286,21 @@ def _git(name: str, args: list[Word], st: ShellState, stdin_text: str | None) ->
 
 # --------------------------------------------------------------------------- privileges
 
-_SYSTEM = ("/", "/etc", "/usr", "/var", "/bin", "/sbin", "/lib", "/boot", "/opt", "/home",
-           "/System", "/Library", "/root")
+_SYSTEM = (
+    "/",
+    "/etc",
+    "/usr",
+    "/var",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/boot",
+    "/opt",
+    "/home",
+    "/System",
+    "/Library",
+    "/root",
+)
 
 
 def _chmod(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
@@ -207,8 +308,10 @@ def _chmod(name: str, args: list[Word], st: ShellState, stdin_text: str | None) 
     mode = next((v for v in vals if not v.startswith("-") or v[1:2] in "rwxXst"), "")
     targets = [normalise(a.approx, st.cwd, st.rules.home) for a in _positional(args)[1:]]
     recursive = _has_flag(args, "--recursive", short="R")
-    system = any(t in _SYSTEM or t.startswith(("/etc/", "/usr/", "/bin/", "/sbin/"))
-                 or t == st.rules.home for t in targets)
+    system = any(
+        t in _SYSTEM or t.startswith(("/etc/", "/usr/", "/bin/", "/sbin/")) or t == st.rules.home
+        for t in targets
+    )
     wide = mode.endswith("777") or "a+w" in mode or "o+w" in mode or "a+rwx" in mode
     setid = "+s" in mode or (mode.isdigit() and len(mode) == 4 and mode[0] in "2467")
     if (recursive and system) or (wide and system):
@@ -217,45 +320,121 @@ def _chmod(name: str, args: list[Word], st: ShellState, stdin_text: str | None) 
         sev = HIGH
     else:
         return EXEC
-    st.add(finding(f"shell.{name}", f"`{name} {shown(args)}` changes ownership or opens up "
-                   f"permissions (privileged, {sev}).", X, sev, P))
+    st.add(
+        finding(
+            f"shell.{name}",
+            f"`{name} {shown(args)}` changes ownership or opens up "
+            f"permissions (privileged, {sev}).",
+            X,
+            sev,
+            P,
+        )
+    )
     return EXEC
 
 
-_SERVICE_READ = frozenset({"status", "is-active", "is-enabled", "list-units", "show", "cat",
-                           "list-unit-files", "list-timers", "is-failed"})
+_SERVICE_READ = frozenset(
+    {
+        "status",
+        "is-active",
+        "is-enabled",
+        "list-units",
+        "show",
+        "cat",
+        "list-unit-files",
+        "list-timers",
+        "is-failed",
+    }
+)
 
 
 def _service(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
     pos = [a.text for a in _positional(args)]
     if name == "systemctl" and pos and pos[0] in _SERVICE_READ:
         return ("read", frozenset(), [])
-    st.add(finding(f"shell.{name}", f"`{name} {shown(args)}` changes system services "
-                   "(privileged, high).", X, HIGH, P))
+    st.add(
+        finding(
+            f"shell.{name}",
+            f"`{name} {shown(args)}` changes system services (privileged, high).",
+            X,
+            HIGH,
+            P,
+        )
+    )
     return EXEC
 
 
-_PKG_CHANGE = frozenset({"install", "add", "remove", "uninstall", "purge", "upgrade", "update",
-                         "i", "ci", "erase", "reinstall", "dist-upgrade", "autoremove",
-                         "publish", "get"})
-_SYSTEM_PKG = frozenset({"apt", "apt-get", "aptitude", "yum", "dnf", "pacman", "zypper", "apk",
-                         "port", "snap", "flatpak", "rpm", "dpkg", "emerge"})
+_PKG_CHANGE = frozenset(
+    {
+        "install",
+        "add",
+        "remove",
+        "uninstall",
+        "purge",
+        "upgrade",
+        "update",
+        "i",
+        "ci",
+        "erase",
+        "reinstall",
+        "dist-upgrade",
+        "autoremove",
+        "publish",
+        "get",
+    }
+)
+_SYSTEM_PKG = frozenset(
+    {
+        "apt",
+        "apt-get",
+        "aptitude",
+        "yum",
+        "dnf",
+        "pacman",
+        "zypper",
+        "apk",
+        "port",
+        "snap",
+        "flatpak",
+        "rpm",
+        "dpkg",
+        "emerge",
+    }
+)
 
 
 def _package(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
     pos = [a.text for a in _positional(args)]
     sync = name == "pacman" and any(v.startswith(("-S", "-R", "-U")) for v in _vals(args))
-    if not sync and not (pos and pos[0] in _PKG_CHANGE) and not (name in ("rpm", "dpkg") and
-                                                                  _has_flag(args, short="iUe")):
+    if (
+        not sync
+        and not (pos and pos[0] in _PKG_CHANGE)
+        and not (name in ("rpm", "dpkg") and _has_flag(args, short="iUe"))
+    ):
         return EXEC
-    st.add(finding("shell.package_install", f"`{name} {shown(args)}` installs or removes "
-                   "packages from the network (network, high).", X, HIGH, N))
+    st.add(
+        finding(
+            "shell.package_install",
+            f"`{name} {shown(args)}` installs or removes "
+            "packages from the network (network, high).",
+            X,
+            HIGH,
+            N,
+        )
+    )
     system = name in _SYSTEM_PKG or _has_flag(
         args, "-g", "--global", "--break-system-packages", "--system", "--target", "--root"
     )
     if system:
-        st.add(finding("shell.package_system", f"`{name}` changes system-wide packages "
-                       "(privileged, high).", X, HIGH, P))
+        st.add(
+            finding(
+                "shell.package_system",
+                f"`{name}` changes system-wide packages (privileged, high).",
+                X,
+                HIGH,
+                P,
+            )
+        )
     return ("exec", frozenset({FETCH}), [])
 
 
@@ -264,8 +443,15 @@ def _package(name: str, args: list[Word], st: ShellState, stdin_text: str | None
 
 def _secret(rule: str, text: str) -> Rule:
     def apply(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
-        st.add(finding(rule, f"`{shown([Word.of(name), *args])}` {text} (secret_access, "
-                       "critical).", EG, CRIT, S))
+        st.add(
+            finding(
+                rule,
+                f"`{shown([Word.of(name), *args])}` {text} (secret_access, critical).",
+                EG,
+                CRIT,
+                S,
+            )
+        )
         return ("wrapped", frozenset(), [])
 
     return apply
@@ -290,8 +476,16 @@ def _env_like(name: str, args: list[Word], st: ShellState, stdin_text: str | Non
 
 
 def _history(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
-    st.add(finding("shell.history", "`history` prints past commands, which often contain "
-                   "typed passwords and tokens (secret_access, high).", EG, HIGH, S))
+    st.add(
+        finding(
+            "shell.history",
+            "`history` prints past commands, which often contain "
+            "typed passwords and tokens (secret_access, high).",
+            EG,
+            HIGH,
+            S,
+        )
+    )
     return ("wrapped", frozenset(), [])
 
 
@@ -303,57 +497,210 @@ def _decoder(name: str, args: list[Word], st: ShellState, stdin_text: str | None
 def _cloud(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
     pos = [a.text for a in _positional(args)]
     line = " ".join(pos)
-    st.add(finding("shell.cloud_cli", f"`{name} {shown(args)}` acts on a cloud or remote "
-                   "service (network, high).", X, HIGH, N))
+    st.add(
+        finding(
+            "shell.cloud_cli",
+            f"`{name} {shown(args)}` acts on a cloud or remote service (network, high).",
+            X,
+            HIGH,
+            N,
+        )
+    )
     if any(k in line for k in ("delete", "destroy", " rm", "remove", "terminate", "prune")):
-        st.add(finding("shell.cloud_delete", f"`{name} {line}` deletes remote resources "
-                       "(destructive, high).", DE, HIGH, D, N))
-    if any(k in line for k in ("get secret", "configure get", "print-access-token",
-                               "auth token", "get-secret-value", "get-session-token",
-                               "secrets versions access", "keyvault secret show")):
-        st.add(finding("shell.cloud_secret", f"`{name} {line}` reads credentials "
-                       "(secret_access, critical).", EG, CRIT, S, N))
+        st.add(
+            finding(
+                "shell.cloud_delete",
+                f"`{name} {line}` deletes remote resources (destructive, high).",
+                DE,
+                HIGH,
+                D,
+                N,
+            )
+        )
+    if any(
+        k in line
+        for k in (
+            "get secret",
+            "configure get",
+            "print-access-token",
+            "auth token",
+            "get-secret-value",
+            "get-session-token",
+            "secrets versions access",
+            "keyvault secret show",
+        )
+    ):
+        st.add(
+            finding(
+                "shell.cloud_secret",
+                f"`{name} {line}` reads credentials (secret_access, critical).",
+                EG,
+                CRIT,
+                S,
+                N,
+            )
+        )
     return ("exec", frozenset({FETCH}), [])
 
 
 SYSTEM_RULES: dict[str, Rule] = {
-    **{n: _fetcher for n in ("curl", "wget", "fetch", "aria2c", "http", "https", "xh",
-                             "curlie", "lynx", "links", "w3m")},
+    **{
+        n: _fetcher
+        for n in (
+            "curl",
+            "wget",
+            "fetch",
+            "aria2c",
+            "http",
+            "https",
+            "xh",
+            "curlie",
+            "lynx",
+            "links",
+            "w3m",
+        )
+    },
     **{n: _netcat for n in ("nc", "ncat", "netcat", "socat", "telnet")},
     **{n: _remote for n in ("ssh", "scp", "sftp", "rsync", "mosh")},
-    **{n: _network("shell.network", "makes network connections")
-       for n in ("ftp", "ping", "dig", "nslookup", "host", "traceroute", "nmap", "whois")},
+    **{
+        n: _network("shell.network", "makes network connections")
+        for n in ("ftp", "ping", "dig", "nslookup", "host", "traceroute", "nmap", "whois")
+    },
     "git": _git,
     "chmod": _chmod,
     "chown": _chmod,
     "chgrp": _chmod,
     **{n: _service for n in ("systemctl", "service", "launchctl", "rc-service")},
-    **{n: _simple(f"shell.{n}", "changes firewall, mounts, kernel or account settings",
-                  X, HIGH, P)
-       for n in ("iptables", "ip6tables", "ufw", "nft", "firewall-cmd", "pfctl", "mount",
-                 "umount", "modprobe", "insmod", "rmmod", "sysctl", "useradd", "usermod",
-                 "userdel", "groupadd", "groupdel", "passwd", "chpasswd", "visudo", "setcap",
-                 "chattr", "crontab", "at", "update-alternatives", "ldconfig", "dscl")},
-    **{n: _simple(f"shell.{n}", "stops or restarts the machine", X, CRIT, P)
-       for n in ("reboot", "shutdown", "halt", "poweroff", "init", "telinit")},
-    **{n: _package for n in ("apt", "apt-get", "aptitude", "yum", "dnf", "pacman", "zypper",
-                             "apk", "brew", "port", "snap", "flatpak", "rpm", "dpkg", "emerge",
-                             "pip", "pip3", "pipx", "npm", "yarn", "pnpm", "gem", "cargo", "go",
-                             "uv", "poetry", "conda", "mamba", "bundle", "composer")},
+    **{
+        n: _simple(f"shell.{n}", "changes firewall, mounts, kernel or account settings", X, HIGH, P)
+        for n in (
+            "iptables",
+            "ip6tables",
+            "ufw",
+            "nft",
+            "firewall-cmd",
+            "pfctl",
+            "mount",
+            "umount",
+            "modprobe",
+            "insmod",
+            "rmmod",
+            "sysctl",
+            "useradd",
+            "usermod",
+            "userdel",
+            "groupadd",
+            "groupdel",
+            "passwd",
+            "chpasswd",
+            "visudo",
+            "setcap",
+            "chattr",
+            "crontab",
+            "at",
+            "update-alternatives",
+            "ldconfig",
+            "dscl",
+        )
+    },
+    **{
+        n: _simple(f"shell.{n}", "stops or restarts the machine", X, CRIT, P)
+        for n in ("reboot", "shutdown", "halt", "poweroff", "init", "telinit")
+    },
+    **{
+        n: _package
+        for n in (
+            "apt",
+            "apt-get",
+            "aptitude",
+            "yum",
+            "dnf",
+            "pacman",
+            "zypper",
+            "apk",
+            "brew",
+            "port",
+            "snap",
+            "flatpak",
+            "rpm",
+            "dpkg",
+            "emerge",
+            "pip",
+            "pip3",
+            "pipx",
+            "npm",
+            "yarn",
+            "pnpm",
+            "gem",
+            "cargo",
+            "go",
+            "uv",
+            "poetry",
+            "conda",
+            "mamba",
+            "bundle",
+            "composer",
+        )
+    },
     "security": _security,
     **{n: _env_like for n in ("printenv", "set", "export", "declare", "typeset", "compgen")},
     "history": _history,
-    **{n: _secret("shell.secret_store", "reads a password or secret store")
-       for n in ("secret-tool", "pass", "op", "vault", "keyctl", "lpass", "bw",
-                 "gopass", "kwallet-query")},
+    **{
+        n: _secret("shell.secret_store", "reads a password or secret store")
+        for n in (
+            "secret-tool",
+            "pass",
+            "op",
+            "vault",
+            "keyctl",
+            "lpass",
+            "bw",
+            "gopass",
+            "kwallet-query",
+        )
+    },
     **{n: _decoder for n in ("base64", "base32", "xxd", "uudecode", "basenc")},
-    **{n: _cloud for n in ("aws", "gcloud", "gsutil", "az", "kubectl", "helm", "terraform",
-                           "tofu", "pulumi", "gh", "glab", "docker", "podman", "heroku",
-                           "flyctl", "vercel", "doctl")},
-    **{n: _simple(f"shell.{n}", "drops or wipes a whole database or disk", DE, CRIT, D)
-       for n in ("dropdb", "dropuser", "mkfs", "wipefs", "blkdiscard", "fdisk", "sfdisk",
-                 "parted", "sgdisk", "gdisk", "diskutil", "mke2fs", "mkswap", "format")},
-    **{n: _simple(f"shell.{n}", "kills processes", X, HIGH) for n in ("kill", "pkill",
-                                                                      "killall")},
+    **{
+        n: _cloud
+        for n in (
+            "aws",
+            "gcloud",
+            "gsutil",
+            "az",
+            "kubectl",
+            "helm",
+            "terraform",
+            "tofu",
+            "pulumi",
+            "gh",
+            "glab",
+            "docker",
+            "podman",
+            "heroku",
+            "flyctl",
+            "vercel",
+            "doctl",
+        )
+    },
+    **{
+        n: _simple(f"shell.{n}", "drops or wipes a whole database or disk", DE, CRIT, D)
+        for n in (
+            "dropdb",
+            "dropuser",
+            "mkfs",
+            "wipefs",
+            "blkdiscard",
+            "fdisk",
+            "sfdisk",
+            "parted",
+            "sgdisk",
+            "gdisk",
+            "diskutil",
+            "mke2fs",
+            "mkswap",
+            "format",
+        )
+    },
+    **{n: _simple(f"shell.{n}", "kills processes", X, HIGH) for n in ("kill", "pkill", "killall")},
 }
 _ = (MED, NONE)

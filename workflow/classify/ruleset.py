@@ -29,16 +29,34 @@ def _tee(name: str, args: list[Word], st: ShellState, stdin_text: str | None) ->
 RULES: dict[str, Rule] = {
     **SYSTEM_RULES,
     "rm": _rm,
-    "unlink": _simple("shell.unlink", "deletes a file", RiskClass.DESTRUCTIVE, Severity.MEDIUM,
-                      Category.DESTRUCTIVE),
+    "unlink": _simple(
+        "shell.unlink",
+        "deletes a file",
+        RiskClass.DESTRUCTIVE,
+        Severity.MEDIUM,
+        Category.DESTRUCTIVE,
+    ),
     "shred": _truncation,
     "truncate": _truncation,
     "srm": _truncation,
     "dd": _dd,
     "tee": _tee,
-    **{n: _sql_client for n in ("psql", "mysql", "mariadb", "sqlite3", "duckdb",
-                                "clickhouse-client", "cockroach", "mongosh", "mongo",
-                                "redis-cli", "sqlcmd")},
+    **{
+        n: _sql_client
+        for n in (
+            "psql",
+            "mysql",
+            "mariadb",
+            "sqlite3",
+            "duckdb",
+            "clickhouse-client",
+            "cockroach",
+            "mongosh",
+            "mongo",
+            "redis-cli",
+            "sqlcmd",
+        )
+    },
 }
 
 
@@ -57,6 +75,13 @@ def python_module(module: str, args: list[Word], st: ShellState) -> frozenset[st
     if module in ("pip", "pip3", "uv", "poetry", "pipx"):
         return apply("pip", args, st, None)[1]
     if module in ("http.server", "SimpleHTTPServer", "smtpd", "ftplib"):
-        st.add(finding("shell.python_server", f"`python -m {module}` serves or sends files "
-                       "over the network (network, high).", X, HIGH, N))
+        st.add(
+            finding(
+                "shell.python_server",
+                f"`python -m {module}` serves or sends files over the network (network, high).",
+                X,
+                HIGH,
+                N,
+            )
+        )
     return frozenset()

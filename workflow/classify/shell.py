@@ -43,14 +43,47 @@ _PARSER = Parser(_LANGUAGE)
 _SECRET_VAR = re.compile(r"(?i)(secret|token|passw|api_?key|private_?key|credential|auth)")
 _SAFE_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
 _SENSITIVE_VARS = frozenset(
-    {"PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "IFS", "BASH_ENV",
-     "ENV", "PROMPT_COMMAND", "PYTHONPATH", "PYTHONSTARTUP", "NODE_OPTIONS", "GIT_SSH_COMMAND",
-     "GIT_EXTERNAL_DIFF", "PAGER", "EDITOR", "SHELLOPTS", "BASHOPTS", "PS4"}
+    {
+        "PATH",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "DYLD_INSERT_LIBRARIES",
+        "IFS",
+        "BASH_ENV",
+        "ENV",
+        "PROMPT_COMMAND",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "NODE_OPTIONS",
+        "GIT_SSH_COMMAND",
+        "GIT_EXTERNAL_DIFF",
+        "PAGER",
+        "EDITOR",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PS4",
+    }
 )
-_ANSI_SIMPLE = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n",
-                "r": "\r", "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
-_ANSI_ESCAPE = re.compile(r"\\(x[0-9A-Fa-f]{1,2}|[0-7]{1,3}|u[0-9A-Fa-f]{1,4}|"
-                          r"U[0-9A-Fa-f]{1,8}|c.|.)", re.DOTALL)
+_ANSI_SIMPLE = {
+    "a": "\a",
+    "b": "\b",
+    "e": "\x1b",
+    "E": "\x1b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "?": "?",
+}
+_ANSI_ESCAPE = re.compile(
+    r"\\(x[0-9A-Fa-f]{1,2}|[0-7]{1,3}|u[0-9A-Fa-f]{1,4}|"
+    r"U[0-9A-Fa-f]{1,8}|c.|.)",
+    re.DOTALL,
+)
 
 
 def _text(node: Node) -> str:
@@ -186,8 +219,16 @@ class Walker:
             return self.assignment(node)
         if t == "declaration_command":
             return self.declaration(node)
-        if t in ("word", "string", "raw_string", "concatenation", "simple_expansion",
-                 "expansion", "command_substitution", "process_substitution"):
+        if t in (
+            "word",
+            "string",
+            "raw_string",
+            "concatenation",
+            "simple_expansion",
+            "expansion",
+            "command_substitution",
+            "process_substitution",
+        ):
             return self.word(node).traits
         if t == "comment":
             return frozenset()

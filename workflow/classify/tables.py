@@ -34,9 +34,7 @@ class ToolRule(BaseModel):
     )
 
 
-def _rule(
-    risk: RiskClass, sev: Severity, *cats: Category, takes_command: bool = False
-) -> ToolRule:
+def _rule(risk: RiskClass, sev: Severity, *cats: Category, takes_command: bool = False) -> ToolRule:
     return ToolRule(
         risk_class=risk, severity=sev, categories=frozenset(cats), takes_command=takes_command
     )

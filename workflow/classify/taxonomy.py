@@ -91,8 +91,6 @@ def parse_capability(value: str) -> Capability | None:
         return None
 
 
-def is_stricter_or_equal(
-    a: tuple[RiskClass, Severity], b: tuple[RiskClass, Severity]
-) -> bool:
+def is_stricter_or_equal(a: tuple[RiskClass, Severity], b: tuple[RiskClass, Severity]) -> bool:
     """True when (class, severity) `a` is at least as strict as `b` on both axes."""
     return a[0].rung >= b[0].rung and a[1].rank >= b[1].rank
