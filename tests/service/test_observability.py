@@ -7,6 +7,7 @@ import json
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from tests.service.helpers import decision, propose, running_service, send_decision, wait_until
 from workflow.service.embedded import EmbeddedNats
@@ -68,3 +69,34 @@ async def test_readyz_reports_each_dependency_and_healthz_answers(
         )
         assert json.loads(body)["nats"] == "disconnected"
         assert (await asyncio.to_thread(get, port, "/nope"))[0] == 404
+
+
+async def test_the_trace_context_of_a_proposal_reaches_its_release(
+    nats_url: str, tmp_path: Path
+) -> None:
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    async with running_service(nats_url, tmp_path) as h:
+        got: asyncio.Queue[tuple[str, dict[str, str]]] = asyncio.Queue()
+
+        async def on(msg: Any) -> None:
+            await got.put((msg.subject, dict(msg.headers or {})))
+
+        await h.nc.subscribe(h.subjects.released("agent-1"), cb=on)
+        await h.nc.subscribe(h.subjects.held("agent-1"), cb=on)
+        body = {"id": "traced-1", "agent": "agent-1", "tool": "write_file",
+                "arguments": {"path": "a"}}  # fmt: skip
+        await h.nc.jetstream().publish(
+            h.subjects.proposals("agent-1"), json.dumps(body).encode(),
+            headers={"Nats-Msg-Id": "traced-1", "traceparent": traceparent},
+        )  # fmt: skip
+        subject, headers = await asyncio.wait_for(got.get(), 5)
+        assert subject == h.subjects.held("agent-1")
+        # Same trace (without OpenTelemetry installed the context passes through unchanged).
+        assert headers["traceparent"].split("-")[1] == traceparent.split("-")[1]
+        (item,) = await h.observer.wait_for("inbox", "traced-1")
+        await send_decision(
+            h.nc, h.subjects, decision(h.key, item["request_id"], item["proposal_digest"])
+        )
+        subject, headers = await asyncio.wait_for(got.get(), 5)
+        assert subject == h.subjects.released("agent-1")
+        assert headers["traceparent"].split("-")[1] == traceparent.split("-")[1]

@@ -48,6 +48,7 @@ async def sweep_once(ctx: ServiceContext) -> int:
             Classification.model_validate_json(parts[1]),
             Verdict.model_validate_json(parts[2]),
             now,
+            parts[3] or None,
         )
         write = StepWrite(
             request_id=held.request_id,

@@ -40,6 +40,7 @@ from workflow.policy.model import Policy
 from workflow.service.context import ServiceContext
 from workflow.service.routing import OUTCOME_OF, SERVICE_ACTOR, closing_effects
 from workflow.service.runner import settle_failure
+from workflow.service.tracing import span_headers
 from workflow.signing import verify_raw
 from workflow.store.audit import AuditEntry
 from workflow.store.repo import ConcurrentUpdate, StepWrite
@@ -100,15 +101,18 @@ class Collector:
                 continue
         raise RuntimeError(f"request changed {MAX_RACES} times while applying {msg.subject}")
 
-    async def _parts(self, proposal_id: str) -> tuple[Proposal, Classification, Verdict]:
+    async def _parts(
+        self, proposal_id: str
+    ) -> tuple[Proposal, Classification, Verdict, dict[str, str]]:
         parts = await self.ctx.store.proposal_parts(proposal_id)
         if parts is None:
             raise RuntimeError(f"request without a stored proposal {proposal_id}")
-        payload, classification, verdict = parts
+        payload, classification, verdict, trace = parts
         return (
             Proposal.model_validate_json(payload),
             Classification.model_validate_json(classification),
             Verdict.model_validate_json(verdict),
+            trace,
         )
 
     # ------------------------------------------------------------------ decisions
@@ -207,7 +211,7 @@ class Collector:
         """Add the terminal outcome of a request to the write. Re-checks policy at release."""
         ctx = self.ctx
         assert step.closed is not None
-        proposal, classification, verdict = await self._parts(held.proposal_id)
+        proposal, classification, verdict, trace = await self._parts(held.proposal_id)
         outcome, reason = OUTCOME_OF[step.closed], step.message
         if step.closed is RequestState.APPROVED:
             policy = ctx.policy
@@ -244,6 +248,7 @@ class Collector:
             classification,
             verdict,
             ctx.now(),
+            span_headers(f"headgate.{outcome}", trace, proposal_id=proposal.id) if trace else None,
         )
         write.outcome, write.proposal_status = row, (proposal.id, outcome)
         write.events.append(event)

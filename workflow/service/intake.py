@@ -19,6 +19,7 @@ from workflow.policy.engine import evaluate
 from workflow.service.context import ServiceContext
 from workflow.service.routing import SERVICE_ACTOR, route
 from workflow.service.runner import PublishedMarker, publish_events, settle_failure
+from workflow.service.tracing import span_headers, trace_headers
 from workflow.store.audit import AuditEntry
 from workflow.store.repo import IntakeRecord, OutboxEvent
 
@@ -65,8 +66,13 @@ class Intake:
         definition = proposal.tool_definition
         classification = classify(proposal, policy.tables_for(proposal.tool, definition))
         verdict = evaluate(proposal, classification, policy)
+        trace = trace_headers(msg.headers)
+        if trace:
+            trace = span_headers(
+                "headgate.intake", trace, proposal_id=proposal.id, decision=verdict.decision.value
+            )
         record = route(
-            ctx.subjects, proposal, msg.data.decode(), classification, verdict, ctx.now()
+            ctx.subjects, proposal, msg.data.decode(), classification, verdict, ctx.now(), trace
         )
         if definition is not None and definition.server:
             match = policy.tool_entry(proposal.tool, definition)

@@ -8,6 +8,8 @@ rebuilds exactly the same events (and JetStream drops the re-publish by `Nats-Ms
 from __future__ import annotations
 
 import hashlib
+import json
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import cast
 
@@ -113,8 +115,12 @@ def route(
     classification: Classification,
     verdict: Verdict,
     now: datetime,
+    trace: dict[str, str] | None = None,
 ) -> IntakeRecord:
-    """A classified, evaluated proposal -> rows to insert, events to publish, audit entries."""
+    """A classified, evaluated proposal -> rows to insert, events to publish, audit entries.
+
+    `trace` is the W3C trace context the events carry (see `workflow.service.tracing`).
+    """
     digest = proposal.digest()
     status = {
         Decision.ALLOW: "released",
@@ -249,6 +255,9 @@ def route(
                 },
             )
         )
+    if trace:
+        record.proposal["trace"] = json.dumps(trace)
+        record.events = [replace(e, headers=trace) for e in record.events]
     return record
 
 
@@ -282,6 +291,7 @@ def closing_effects(
     classification: Classification,
     verdict: Verdict,
     now: datetime,
+    trace: dict[str, str] | None = None,
 ) -> tuple[dict[str, object], OutboxEvent, AuditEntry]:
     """Outcome row, event and audit entry for a held request ending in `outcome`."""
     if outcome == "released":
@@ -302,6 +312,7 @@ def closing_effects(
             "reason": reason,
             "at": now,
         }
+        event = replace(event, headers=trace or None)
         return row, event, _event_audit("released", proposal.id, req.request_id, reason)
     blocked = cast(BlockedOutcome, outcome)
     event = blocked_event(
@@ -321,4 +332,5 @@ def closing_effects(
         "reason": reason,
         "at": now,
     }
+    event = replace(event, headers=trace or None)
     return row, event, _event_audit("blocked", proposal.id, req.request_id, reason, blocked)

@@ -69,9 +69,12 @@ async def publish_events(js: JetStreamContext, events: Iterable[OutboxEvent]) ->
     futures: list[asyncio.Future[PubAck]] = []
     ids: list[str] = []
     for event in events:
-        fut = await js.publish_async(
-            event.subject, event.payload.encode(), headers={"Nats-Msg-Id": event.msg_id}
+        headers = (
+            {**event.headers, "Nats-Msg-Id": event.msg_id}
+            if event.headers
+            else {"Nats-Msg-Id": event.msg_id}
         )
+        fut = await js.publish_async(event.subject, event.payload.encode(), headers=headers)
         futures.append(fut)
         ids.append(event.msg_id)
     if futures:

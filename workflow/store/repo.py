@@ -8,6 +8,7 @@ instead of meeting `database is locked`; PostgreSQL serialises audit appends on 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ class OutboxEvent:
     subject: str
     payload: str
     proposal_id: str | None = None
+    headers: dict[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -171,6 +173,7 @@ class Store:
                         "msg_id": e.msg_id,
                         "subject": e.subject,
                         "payload": e.payload,
+                        "headers": json.dumps(e.headers) if e.headers else None,
                         "proposal_id": e.proposal_id,
                         "published": False,
                         "created_at": now,
@@ -229,7 +232,7 @@ class Store:
             rows = await conn.execute(
                 select(OUTBOX).where(OUTBOX.c.proposal_id.in_(ids)).order_by(OUTBOX.c.created_at)
             )
-            return [OutboxEvent(r.msg_id, r.subject, r.payload, r.proposal_id) for r in rows]
+            return [_event(r) for r in rows]
 
     async def unpublished(self, older_than: datetime, limit: int = 500) -> list[OutboxEvent]:
         async with self.engine.connect() as conn:
@@ -239,7 +242,7 @@ class Store:
                 .order_by(OUTBOX.c.created_at)
                 .limit(limit)
             )
-            return [OutboxEvent(r.msg_id, r.subject, r.payload, r.proposal_id) for r in rows]
+            return [_event(r) for r in rows]
 
     # ------------------------------------------------------------------ requests
     async def load_request(self, ident: str) -> tuple[HeldRequest, int] | None:
@@ -290,17 +293,23 @@ class Store:
         async with self.engine.connect() as conn:
             return (await conn.execute(select(DECISIONS).where(DECISIONS.c.nonce == nonce))).first()
 
-    async def proposal_parts(self, proposal_id: str) -> tuple[str, str, str] | None:
-        """The stored proposal, classification and verdict JSON of one proposal."""
+    async def proposal_parts(self, proposal_id: str) -> tuple[str, str, str, dict[str, str]] | None:
+        """The stored proposal, classification and verdict JSON, and its trace context."""
         async with self.engine.connect() as conn:
             row = (
                 await conn.execute(
                     select(
-                        PROPOSALS.c.payload, PROPOSALS.c.classification, PROPOSALS.c.verdict
+                        PROPOSALS.c.payload,
+                        PROPOSALS.c.classification,
+                        PROPOSALS.c.verdict,
+                        PROPOSALS.c.trace,
                     ).where(PROPOSALS.c.id == proposal_id)
                 )
             ).first()
-        return (row.payload, row.classification, row.verdict) if row is not None else None
+        if row is None:
+            return None
+        trace = json.loads(row.trace) if row.trace else {}
+        return row.payload, row.classification, row.verdict, trace
 
     async def release_exists(self, release_id: str) -> bool:
         async with self.engine.connect() as conn:
@@ -505,6 +514,11 @@ class Store:
                 "removed from the end.",
             )
         return ChainCheck(True, checked)
+
+
+def _event(row: Any) -> OutboxEvent:
+    headers = json.loads(row.headers) if row.headers else None
+    return OutboxEvent(row.msg_id, row.subject, row.payload, row.proposal_id, headers)
 
 
 def _held(row: Any, approvals: tuple[ApprovalRecord, ...]) -> HeldRequest:

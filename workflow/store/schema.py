@@ -55,6 +55,7 @@ class ProposalRow(SQLModel, table=True):
     payload: str
     classification: str
     verdict: str
+    trace: str | None = Field(default=None, description="W3C trace context (JSON) it came with.")
     received_at: datetime = _ts()
 
 
@@ -134,6 +135,7 @@ class OutboxRow(SQLModel, table=True):
     proposal_id: str | None = Field(default=None, index=True, max_length=200)
     subject: str = Field(max_length=300)
     payload: str
+    headers: str | None = None
     published: bool = False
     created_at: datetime = _ts()
 
