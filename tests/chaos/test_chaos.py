@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
@@ -78,7 +79,7 @@ class Replica:
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "workflow", "serve", *self.args,
-                 "--metrics-port", str(self.metrics_port), "--log-level", "warning"],
+                 "--metrics-port", str(self.metrics_port), "--log-level", "info"],
                 env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
 
@@ -97,13 +98,18 @@ class Replica:
                 self.process.kill()
                 self.process.wait()
 
-    def ready(self) -> bool:
+    def readyz(self) -> str:
         try:
             url = f"http://127.0.0.1:{self.metrics_port}/readyz"
             with urllib.request.urlopen(url, timeout=1) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
+                return str(r.read().decode())
+        except urllib.error.HTTPError as exc:
+            return f"{exc.code} {exc.read().decode()}"
+        except OSError as exc:
+            return str(exc)
+
+    def ready(self) -> bool:
+        return '"service": "ok", "nats": "ok", "database": "ok", "streams": "ok"' in self.readyz()
 
 
 @dataclass
@@ -324,7 +330,10 @@ async def wait_ready(replicas: list[Replica], timeout: float = 60) -> None:
             assert r.process is not None
             assert r.process.poll() is None, r.log.read_text()[-3000:]
         if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("replicas not ready: " + replicas[0].log.read_text()[-2000:])
+            report = "\n".join(
+                f"--- {r.name}: /readyz {r.readyz()}\n{r.log.read_text()[-2500:]}" for r in replicas
+            )
+            raise AssertionError(f"replicas not ready within {timeout:.0f}s:\n{report}")
         await asyncio.sleep(0.2)
 
 

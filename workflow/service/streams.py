@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -138,13 +139,23 @@ async def ensure_streams(
         await _retrying(partial(_ensure_stream, js, config), f"stream {config.name}", deadline)
 
 
+_COMPARED = (
+    "subjects", "retention", "storage", "num_replicas", "duplicate_window", "max_age",
+    "max_msgs_per_subject", "discard", "discard_new_per_subject",
+)  # fmt: skip
+
+
 async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
     assert config.name is not None
     try:
-        await js.stream_info(config.name)
+        info = await js.stream_info(config.name)
     except NotFoundError:
         await js.add_stream(config=config)
-    else:
+        return
+    # Update only when something differs: an update racing the creation of a replicated stream
+    # by another replica stalls both requests on a cluster.
+    current = info.config
+    if any(getattr(current, f) != getattr(config, f) for f in _COMPARED):
         await js.update_stream(config=config)
 
 
@@ -169,5 +180,6 @@ async def _retrying(step: Callable[[], Awaitable[object]], what: str, deadline: 
             if loop.time() + delay > give_up:
                 raise
             log.info("creating %s: %s; retrying", what, exc or type(exc).__name__)
-            await asyncio.sleep(delay)
+            # Jitter: replicas starting together must not retry in lock step.
+            await asyncio.sleep(delay * random.uniform(0.5, 1.5))
             delay = min(delay * 2, 3.0)
