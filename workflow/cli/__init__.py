@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from workflow.cli import calls, inbox, offline, policy_cmds
+from workflow.cli import bench, calls, inbox, offline, policy_cmds
 from workflow.cli.common import err_console
 from workflow.cli.serve import serve
 from workflow.errors import HeadgateError
@@ -25,6 +25,7 @@ app.command()(calls.approve)
 app.command()(calls.reject)
 app.command()(calls.show)
 app.command()(inbox.inbox)
+app.command()(bench.bench)
 app.command()(offline.classify)
 app.command()(offline.schemas)
 app.command()(policy_cmds.explain)
