@@ -25,7 +25,7 @@ from workflow.signing import ApproverKey
 from workflow.subjects import Subjects
 
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 M = TypeVar("M", bound=BaseModel)
 

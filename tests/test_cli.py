@@ -1,0 +1,131 @@
+"""The quick start, for real: `headgate serve` with its embedded nats-server, then the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+HEADGATE = [sys.executable, "-m", "workflow"]
+
+
+def cli(cwd: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADGATE_")}
+    return subprocess.run(
+        [*HEADGATE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        check=False, env=env,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
+    """`headgate serve` in an empty directory, as the README's quick start runs it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADGATE_")}
+    log = (tmp_path / "serve.log").open("w")
+    proc = subprocess.Popen(
+        [*HEADGATE, "serve", "--default-ttl", "600"], cwd=tmp_path, stdout=log,
+        stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    url_file = tmp_path / ".headgate" / "nats.url"
+    deadline = time.monotonic() + 30
+    while not url_file.exists() or "headgate ready" not in (tmp_path / "serve.log").read_text():
+        assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+        assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+        time.sleep(0.1)
+    try:
+        yield tmp_path, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def test_quick_start_commands_work_from_the_serve_directory(
+    served: tuple[Path, subprocess.Popen[str]],
+) -> None:
+    cwd, proc = served
+    read = cli(cwd, "propose", "--agent", "demo", "--tool", "read_file",
+               "--args", '{"path": "README.md"}', "--wait", "10")  # fmt: skip
+    assert read.returncode == 0, read.stderr
+    assert "released" in read.stdout
+
+    held = cli(cwd, "propose", "--agent", "demo", "--tool", "write_file", "--id", "w1",
+               "--args", '{"path": "notes.txt"}', "--wait", "1")  # fmt: skip
+    assert held.returncode == 4, held.stdout + held.stderr  # still pending
+    assert "held for approval" in held.stdout
+
+    pending = json.loads(cli(cwd, "pending", "--json").stdout)
+    (item,) = pending["items"]
+    assert item["proposal_id"] == "w1"
+    assert item["risk_class"] == "write_local"
+
+    approve = cli(cwd, "approve", "w1", "--reason", "fine")
+    assert approve.returncode == 0, approve.stderr
+    assert "now released" in approve.stdout
+
+    again = cli(cwd, "approve", "w1")
+    assert again.returncode == 1
+    assert "already released" in again.stdout
+
+    shown = json.loads(cli(cwd, "show", "w1", "--json").stdout)
+    assert shown["status"] == "released"
+    assert [a["approver"] for a in shown["approvals"]]
+    kinds = [e["kind"] for e in shown["events"]]
+    assert kinds[:2] == ["proposal", "held"]
+    assert "decision.accepted" in kinds
+    assert "released" in kinds
+
+    denied = cli(cwd, "propose", "--agent", "demo", "--tool", "delete_file",
+                 "--args", '{"path": "x"}', "--wait", "10")  # fmt: skip
+    assert denied.returncode == 3
+    assert "denied" in denied.stdout
+
+    explained = cli(cwd, "explain", "w1")
+    assert "Decision: require_approval" in explained.stdout
+
+    verify = cli(cwd, "audit", "verify")
+    assert verify.returncode == 0
+    assert "intact" in verify.stdout
+    tail = cli(cwd, "audit", "tail", "-n", "50", "--json")
+    assert {json.loads(line)["kind"] for line in tail.stdout.splitlines()} >= {
+        "proposal", "held", "decision.accepted", "released", "blocked",
+    }  # fmt: skip
+
+    # SIGTERM: finish what is in hand, stop the embedded server, exit 0.
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert not (cwd / ".headgate" / "nats.url").exists()
+    assert "headgate stopped" in (cwd / "serve.log").read_text()
+
+
+def test_user_mistakes_get_one_line_errors_not_tracebacks(tmp_path: Path) -> None:
+    cases = [
+        (["propose", "--agent", "a", "--tool", "t", "--args", "{no"], "--args is not valid JSON"),
+        (["propose", "--agent", "bad.name", "--tool", "t"], "invalid proposal: agent"),
+        (["pending"], "no NATS URL"),
+        (["serve", "--policy", str(tmp_path / "missing.toml")], "the policy file cannot be read"),
+        (["audit", "verify", "--data-dir", str(tmp_path / "nowhere")], "no database at"),
+        (["keys", "new", "x", "--out", str(tmp_path)], "exists; refusing to overwrite"),
+    ]  # fmt: skip
+    for args, message in cases:
+        result = cli(tmp_path, *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+
+
+def test_keys_new_writes_a_private_seed_and_prints_the_policy_snippet(tmp_path: Path) -> None:
+    result = cli(tmp_path, "keys", "new", "alice")
+    assert result.returncode == 0, result.stderr
+    seed = tmp_path / "alice.seed"
+    assert seed.stat().st_mode & 0o777 == 0o600
+    assert seed.read_text().startswith("SU")
+    assert "[approvers.alice]" in result.stdout
