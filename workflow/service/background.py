@@ -64,12 +64,27 @@ async def sweep_once(ctx: ServiceContext) -> int:
         except ConcurrentUpdate:
             continue  # a decision or another replica got there first
         closed += 1
+        log.info(
+            "expired: %s",
+            step.message,
+            extra={
+                "request_id": held.request_id,
+                "proposal_id": held.proposal_id,
+                "agent": held.agent,
+                "stage": "sweeper",
+            },
+        )
         ctx.metrics.expired.inc()
         ctx.metrics.outcomes.labels("expired").inc()
         try:
             await ctx.publish(write.events)
         except Exception as exc:
-            log.warning("sweeper: publishing expiry of %s failed (%s)", held.request_id, exc)
+            log.warning(
+                "sweeper: publishing expiry of %s failed (%s)",
+                held.request_id,
+                exc,
+                extra={"request_id": held.request_id, "proposal_id": held.proposal_id},
+            )
     return closed
 
 

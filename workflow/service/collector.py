@@ -85,7 +85,13 @@ class Collector:
             except Permanent as exc:
                 await self.ctx.dead(STAGE, msg, str(exc))
             except Exception as exc:
-                log.warning("collector: %s failed (%s); will retry", msg.subject, exc)
+                token = self.ctx.subjects.token_after(msg.subject, "decisions")
+                log.warning(
+                    "collector: %s failed (%s); will retry",
+                    msg.subject,
+                    exc,
+                    extra={"request_id": token, "stage": STAGE},
+                )
                 await settle_failure(msg, str(exc), self._dead, self.ctx.retry)
 
     async def _dead(self, msg: Msg, error: str) -> None:
@@ -204,6 +210,18 @@ class Collector:
             ctx.metrics.decisions.labels(decision.verdict).inc()
         else:
             ctx.metrics.refused.labels(step.refusal or "unknown").inc()
+        log.info(
+            "decision %s %s: %s",
+            decision.verdict,
+            "accepted" if step.accepted else f"refused ({step.refusal})",
+            step.message,
+            extra={
+                "request_id": held.request_id,
+                "proposal_id": held.proposal_id,
+                "agent": held.agent,
+                "stage": STAGE,
+            },
+        )
         self._count_outcome(held, write, now)
         await ctx.publish(write.events)
 
