@@ -61,6 +61,11 @@ class Subjects:
             raise ValueError(f"unknown API subject {name!r}")
         return f"{self.prefix}.api.{name}"
 
+    def api_status(self, agent: str = "*") -> str:
+        """An agent's own view of its proposals: the service answers only about proposals
+        of the agent named in the subject, so NATS permissions can scope it to that agent."""
+        return f"{self.prefix}.api.status.{agent}"
+
     # ------------------------------------------------------------------ parsing
     def token_after(self, subject: str, kind: str) -> str | None:
         """The last token of ``<prefix>.<kind>.<token>``, or None if the subject is not one."""

@@ -283,3 +283,18 @@ async def test_a_raised_requirement_applies_to_a_call_already_held(
         )
         (released,) = await h.observer.wait_for("released", pid)
         assert sorted(a["approver"] for a in released["approvals"]) == ["alice", "bob"]
+
+
+async def test_the_agent_status_subject_answers_only_about_that_agents_proposals(
+    nats_url: str, tmp_path: Path
+) -> None:
+    async with running_service(nats_url, tmp_path) as h:
+        pid = await propose(h.nc, h.subjects, agent="agent-1", tool="read_file")
+        await h.observer.wait_for("released", pid)
+        ask = json.dumps({"id": pid}).encode()
+        own = await h.nc.request(h.subjects.api_status("agent-1"), ask, timeout=5)
+        assert json.loads(own.data)["status"] == "released"
+        other = await h.nc.request(h.subjects.api_status("agent-2"), ask, timeout=5)
+        assert json.loads(other.data) == {
+            "error": f"No proposal or request with id {pid!r} for agent agent-2."
+        }

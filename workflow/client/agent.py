@@ -188,14 +188,14 @@ class Headgate:
         watch = self.router.watch(proposal.id)
         await transport.publish(self.nc, self.subjects.proposals(self.agent), proposal, proposal.id)
         known = await transport.poll(
-            lambda: transport.history(self.nc, self.subjects, proposal.id),
+            lambda: transport.history(self.nc, self.subjects, proposal.id, agent=self.agent),
             timeout=timeout, first=0.005, interrupt=watch.first,
         )  # fmt: skip
         if watch.first.done():
             ticket = self._ticket_from_event(proposal, watch.first.result())
             if ticket is not None:
                 return ticket
-            known = await transport.history(self.nc, self.subjects, proposal.id)
+            known = await transport.history(self.nc, self.subjects, proposal.id, agent=self.agent)
         if known is None:
             raise NotProcessed(proposal.id, timeout)
         return self._ticket_from_history(known)
@@ -225,7 +225,7 @@ class Headgate:
     async def ticket(self, proposal_id: str) -> Ticket:
         """The ticket of a proposal made earlier (by this or another process of this agent)."""
         self.router.watch(proposal_id)  # from now on no event of it is missed
-        found = await transport.history(self.nc, self.subjects, proposal_id)
+        found = await transport.history(self.nc, self.subjects, proposal_id, agent=self.agent)
         if found is None:
             raise NotFoundError("proposal", proposal_id)
         return self._ticket_from_history(found)
@@ -250,7 +250,9 @@ class Headgate:
                 self.router.forget(ticket.proposal_id)
                 return watch.outcome.result()
             try:
-                h = await transport.history(self.nc, self.subjects, ticket.proposal_id)
+                h = await transport.history(
+                    self.nc, self.subjects, ticket.proposal_id, agent=self.agent
+                )
             except ConnectError:  # the API may be unreachable (or not permitted): keep waiting
                 h = None
             status = h.status if h is not None else status

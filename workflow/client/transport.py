@@ -40,15 +40,22 @@ async def publish(nc: NATS, subject: str, body: BaseModel, msg_id: str) -> bool:
 
 
 async def request(
-    nc: NATS, subjects: Subjects, name: str, body: BaseModel, reply: type[M], timeout: float = 5.0
+    nc: NATS,
+    subjects: Subjects,
+    name: str,
+    body: BaseModel,
+    reply: type[M],
+    timeout: float = 5.0,
+    *,
+    subject: str | None = None,
 ) -> M | None:
-    """Ask `<prefix>.api.<name>`; None when the service answers with an error (e.g. unknown id)."""
+    """Ask `<prefix>.api.<name>` (or `subject`); None when the service answers with an error."""
+    subject = subject or subjects.api(name)
     try:
-        msg = await nc.request(subjects.api(name), body.model_dump_json().encode(), timeout=timeout)
+        msg = await nc.request(subject, body.model_dump_json().encode(), timeout=timeout)
     except NoRespondersError as exc:
         raise ConnectError(
-            f"no Headgate service answers on {subjects.api(name)} (is it running, with the same "
-            "prefix?)"
+            f"no Headgate service answers on {subject} (is it running, with the same prefix?)"
         ) from exc
     except TimeoutError as exc:  # nats-py's TimeoutError is one too
         raise ConnectError(f"the Headgate service did not answer within {timeout:g}s") from exc
@@ -58,9 +65,15 @@ async def request(
     return reply.model_validate(data)
 
 
-async def history(nc: NATS, subjects: Subjects, ident: str) -> ProposalHistory | None:
-    """A proposal's history from the service, or None when it does not know the id (yet)."""
-    return await request(nc, subjects, "get", GetQuery(id=ident), ProposalHistory)
+async def history(
+    nc: NATS, subjects: Subjects, ident: str, *, agent: str | None = None
+) -> ProposalHistory | None:
+    """A proposal's history from the service, or None when it does not know the id (yet).
+
+    With `agent`, asks the agent's own status subject, which NATS permissions can grant to
+    that agent alone (the service answers only about its proposals there)."""
+    subject = subjects.api_status(agent) if agent else None
+    return await request(nc, subjects, "get", GetQuery(id=ident), ProposalHistory, subject=subject)
 
 
 async def poll(

@@ -58,7 +58,7 @@ def _summary(kind: str, data: dict[str, Any]) -> str:
     return kind
 
 
-async def pending(ctx: ServiceContext, query: PendingQuery) -> PendingReply:
+async def pending(ctx: ServiceContext, query: PendingQuery, subject: str = "") -> PendingReply:
     rows = await ctx.store.pending(workspace=query.workspace, agent=query.agent, limit=query.limit)
     items = []
     for row, approvals in rows:
@@ -85,7 +85,9 @@ async def pending(ctx: ServiceContext, query: PendingQuery) -> PendingReply:
     return PendingReply(items=items)
 
 
-async def history(ctx: ServiceContext, query: GetQuery) -> ProposalHistory | ApiError:
+async def history(
+    ctx: ServiceContext, query: GetQuery, subject: str = ""
+) -> ProposalHistory | ApiError:
     found = await ctx.store.proposal(query.id)
     if found is None:
         return ApiError(error=f"No proposal or request with id {query.id!r}.")
@@ -128,7 +130,7 @@ async def history(ctx: ServiceContext, query: GetQuery) -> ProposalHistory | Api
     )
 
 
-async def offered(ctx: ServiceContext, query: OfferedQuery) -> OfferedReply:
+async def offered(ctx: ServiceContext, query: OfferedQuery, subject: str = "") -> OfferedReply:
     catalog = parse_catalog(query.tools, source="request")
     split = offered_tools(ctx.policy, catalog, query.agent, query.workspace, query.read_only)
 
@@ -140,7 +142,8 @@ async def offered(ctx: ServiceContext, query: OfferedQuery) -> OfferedReply:
     )
 
 
-Handler = Callable[[ServiceContext, Any], Awaitable[BaseModel]]
+#: (context, validated query, the subject it was asked on) -> answer
+Handler = Callable[[ServiceContext, Any, str], Awaitable[BaseModel]]
 
 ROUTES: dict[str, tuple[type[BaseModel], Handler]] = {
     "pending": (PendingQuery, pending),
@@ -158,7 +161,23 @@ async def serve_api(ctx: ServiceContext) -> list[Subscription]:
                 ctx.subjects.api(name), queue=QUEUE, cb=_responder(ctx, name, model, handler)
             )
         )
+    subs.append(
+        await ctx.nc.subscribe(
+            ctx.subjects.api_status("*"),
+            queue=QUEUE,
+            cb=_responder(ctx, "status", GetQuery, agent_history),
+        )
+    )
     return subs
+
+
+async def agent_history(ctx: ServiceContext, query: GetQuery, subject: str) -> BaseModel:
+    """`history`, answering only about the proposals of the agent named in the subject."""
+    agent = ctx.subjects.token_after(subject, "api.status")
+    found = await history(ctx, query, subject)
+    if isinstance(found, ProposalHistory) and found.proposal.agent == agent:
+        return found
+    return ApiError(error=f"No proposal or request with id {query.id!r} for agent {agent}.")
 
 
 def _responder(
@@ -175,7 +194,7 @@ def _responder(
             answer: BaseModel = ApiError(error=f"Invalid {name} request: {loc}: {err['msg']}.")
         else:
             try:
-                answer = await handler(ctx, query)
+                answer = await handler(ctx, query, msg.subject)
             except HeadgateError as exc:
                 answer = ApiError(error=str(exc))
             except Exception as exc:
