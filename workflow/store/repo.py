@@ -188,12 +188,16 @@ class Store:
         unique: dict[str, IntakeRecord] = {}
         for rec in records:
             unique.setdefault(rec.id, rec)
+        if not unique:
+            return IntakeResult(new=set(), existing_digests={})
         async with self._write() as conn:
+            # executemany ("insertmanyvalues") with RETURNING: one cached statement for every
+            # batch size; a multi-row VALUES list of a new length would be compiled anew.
             inserted = await conn.execute(
                 self._insert(PROPOSALS)
-                .values([r.proposal for r in unique.values()])
                 .on_conflict_do_nothing(index_elements=["id"])
-                .returning(PROPOSALS.c.id)
+                .returning(PROPOSALS.c.id),
+                [r.proposal for r in unique.values()],
             )
             new = {row[0] for row in inserted}
             fresh = [r for r in unique.values() if r.id in new]

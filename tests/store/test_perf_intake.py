@@ -1,0 +1,48 @@
+"""record_intake as one executemany with RETURNING: the ids it reports as new are exactly the
+rows it inserted, for batches larger than one insertmanyvalues page, mixed with existing ids,
+on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy import func, select
+
+from tests.store.test_repo import NOW, record
+from workflow.store.repo import AUDIT, OUTBOX, PROPOSALS, Store
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    s = await Store.open(database_url)
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def test_a_large_mixed_batch_reports_exactly_the_new_ids(store: Store) -> None:
+    old = [f"p{i}" for i in range(0, 1500, 3)]
+    first = await store.record_intake([record(i, tool="read_file") for i in old], NOW)
+    assert first.new == set(old)
+    everything = [f"p{i}" for i in range(1500)]
+    batch = [record(i, tool="read_file") for i in reversed(everything)]
+    batch.append(record("p1", tool="read_file"))  # a duplicate within the batch
+    again = await store.record_intake(batch, NOW)
+    assert again.new == set(everything) - set(old)
+    assert set(again.existing_digests) == set(old)
+    async with store.engine.connect() as conn:
+        assert (await conn.execute(select(func.count()).select_from(PROPOSALS))).scalar() == 1500
+        n_out = (await conn.execute(select(func.count()).select_from(OUTBOX))).scalar()
+        n_audit = (await conn.execute(select(func.count()).select_from(AUDIT))).scalar()
+    assert n_out == 1500  # one released event per proposal, none twice
+    assert n_audit is not None
+    assert n_audit >= 1500
+    assert (await store.verify_audit()).ok
+
+
+async def test_an_empty_and_a_single_batch(store: Store) -> None:
+    assert (await store.record_intake([], NOW)).new == set()
+    assert (await store.record_intake([record("solo")], NOW)).new == {"solo"}
+    assert (await store.record_intake([record("solo")], NOW)).new == set()
