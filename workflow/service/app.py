@@ -97,7 +97,11 @@ async def connect_nats(settings: Settings, url: str, *, name: str = "headgate") 
     async def on_error(exc: Exception) -> None:
         log.warning("NATS: %s", exc)
 
+    current: list[NATS] = []
+
     async def on_disconnect() -> None:
+        if current and (current[0].is_draining or current[0].is_closed):
+            return  # our own shutdown
         log.warning("NATS: disconnected; reconnecting")
 
     async def on_reconnect() -> None:
@@ -105,6 +109,7 @@ async def connect_nats(settings: Settings, url: str, *, name: str = "headgate") 
 
     while True:
         nc = NATS()
+        current[:] = [nc]
         attempt = min(5.0, max(deadline - loop.time(), 0.5))
         try:
             # nats-py retries a failed first connect itself when reconnecting is allowed (for
