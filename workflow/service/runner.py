@@ -16,6 +16,7 @@ import asyncio
 import base64
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,15 +24,13 @@ from typing import Literal
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.errors import ConnectionClosedError
-from nats.errors import TimeoutError as NatsTimeoutError
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
-from nats.js.errors import FetchTimeoutError
 
 from workflow.messages import DeadLetter
 from workflow.service.metrics import Metrics
-from workflow.service.streams import MAX_ATTEMPTS, ConsumerSpec, ensure_consumer
+from workflow.service.streams import MAX_ATTEMPTS, ConsumerSpec, consumer_config, ensure_consumer
 from workflow.store.repo import OutboxEvent
 from workflow.subjects import Subjects
 
@@ -109,8 +108,142 @@ def dead_letter_event(subjects: Subjects, stage: str, msg: Msg, error: str) -> O
 BatchHandler = Callable[[Sequence[Msg]], Awaitable[None]]
 
 
+# A pull request lives this long on the server; while it waits, the server sends an idle
+# heartbeat this often, so a request lost with a connection or a server is noticed.
+PULL_EXPIRES = 30.0
+PULL_HEARTBEAT = 5.0
+
+
+class _PullFailed(Exception):
+    """The server refused the pull requests (consumer deleted, no JetStream): back off."""
+
+
+class _Puller:
+    """Pull requests kept outstanding on a private inbox; delivered messages queue here.
+
+    Credit accounting: `pending` counts messages asked for and neither delivered nor given
+    back by a status (408 expired, 409 leadership change…, with `Nats-Pending-Messages`).
+    When it falls to half the credit, one request tops it up, so the server pushes messages
+    the moment they are stored instead of waiting for the next fetch. A reconnect, or silence
+    longer than two heartbeats while requests are out, means the requests may be gone:
+    `pending` is reset and they are issued again (asking twice is harmless; the consumer's
+    max_ack_pending bounds what the server hands out).
+    """
+
+    def __init__(self, nc: NATS, spec: ConsumerSpec, credit: int, tick: float):
+        self.nc = nc
+        self.subject = f"$JS.API.CONSUMER.MSG.NEXT.{spec.stream}.{spec.durable}"
+        self.inbox = nc.new_inbox()
+        self.credit = max(credit, 1)
+        self.tick = tick
+        self.queue: deque[Msg] = deque()
+        self.wake = asyncio.Event()
+        self.pending = 0
+        self.heard = 0.0
+        self.reconnects = int(nc.stats["reconnects"])
+        self.failure: str | None = None
+        self.sub: Subscription | None = None
+        self.loop = asyncio.get_running_loop()
+
+    async def start(self) -> None:
+        self.sub = await self.nc.subscribe(self.inbox, cb=self._on_msg)
+
+    async def _on_msg(self, msg: Msg) -> None:
+        self.heard = self.loop.time()
+        headers = msg.headers
+        status = headers.get("Status") if headers else None
+        if status is None:
+            if self.pending > 0:
+                self.pending -= 1
+            self.queue.append(msg)
+            self.wake.set()
+            return
+        if status == "100":  # idle heartbeat
+            return
+        assert headers is not None
+        released = headers.get("Nats-Pending-Messages")
+        if released is not None and released.isdigit():
+            self.pending = max(0, self.pending - int(released))
+        else:  # a status that does not say how much it ends: assume every request ended
+            self.pending = 0
+        description = headers.get("Description", "")
+        if status == "503" or (status == "409" and "Deleted" in description):
+            self.failure = f"{status} {description}".strip()
+        elif status not in ("404", "408", "409"):
+            log.warning("pull %s: unexpected status %s %s", self.subject, status, description)
+        self.wake.set()
+
+    async def top_up(self) -> None:
+        now = self.loop.time()
+        reconnects = int(self.nc.stats["reconnects"])
+        if reconnects != self.reconnects:
+            self.reconnects, self.pending = reconnects, 0
+        elif self.pending and now - self.heard > 2 * PULL_HEARTBEAT:
+            self.pending = 0
+        if self.pending > self.credit // 2:
+            return
+        want = self.credit - self.pending - len(self.queue)
+        if want <= 0:
+            return
+        request = b'{"batch":%d,"expires":%d,"idle_heartbeat":%d}' % (
+            want,
+            int(PULL_EXPIRES * 1e9),
+            int(PULL_HEARTBEAT * 1e9),
+        )
+        await self.nc.publish(self.subject, request, reply=self.inbox)
+        self.pending += want
+        self.heard = max(self.heard, now)
+
+    async def next_batch(self, limit: int, stopping: asyncio.Event) -> list[Msg]:
+        """What is queued, up to `limit`, as soon as there is one message; [] when stopping."""
+        while True:
+            if self.failure is not None:
+                failure, self.failure = self.failure, None
+                raise _PullFailed(failure)
+            if stopping.is_set():
+                return []
+            await self.top_up()
+            if self.queue:
+                break
+            self.wake.clear()
+            try:
+                await asyncio.wait_for(self.wake.wait(), self.tick)
+            except TimeoutError:
+                pass
+        queue = self.queue
+        if len(queue) <= limit:
+            batch = list(queue)
+            queue.clear()
+        else:
+            batch = [queue.popleft() for _ in range(limit)]
+        return batch
+
+    async def close(self) -> None:
+        """Stop receiving; messages delivered but never handled go back at once."""
+        if self.sub is not None:
+            try:
+                # Drain: the server stops delivering, what it already sent still arrives here.
+                await asyncio.wait_for(self.sub.drain(), 2.0)  # type: ignore[no-untyped-call]
+            except Exception:
+                try:
+                    await self.sub.unsubscribe()
+                except Exception:
+                    pass
+        while self.queue:
+            msg = self.queue.popleft()
+            try:
+                await msg.nak()
+            except Exception:  # redelivered after ack_wait instead
+                pass
+
+
 class PullStage:
-    """Runs one durable pull consumer: fetch a batch, hand it to the handler, repeat."""
+    """Runs one durable pull consumer: take what has arrived, hand it to the handler, repeat.
+
+    No waiting to fill a batch: the first message is taken as soon as it arrives, with
+    whatever else is already queued (up to `batch`); the next messages keep arriving while
+    the handler runs, on pull requests kept outstanding (see `_Puller`).
+    """
 
     def __init__(
         self,
@@ -132,25 +265,34 @@ class PullStage:
 
     async def run(self, stopping: asyncio.Event) -> None:
         await ensure_consumer(self.js, self.spec)
-        sub = await self.js.pull_subscribe_bind(self.spec.durable, stream=self.spec.stream)
+        max_ack_pending = consumer_config(self.spec).max_ack_pending or 1000
+        puller = _Puller(self.nc, self.spec, min(2 * self.batch, max_ack_pending), self.poll)
+        await puller.start()
+
+        async def wake_on_stop() -> None:
+            await stopping.wait()
+            puller.wake.set()
+
+        watcher = asyncio.create_task(wake_on_stop())
         pause = 0.5
         try:
             while not stopping.is_set():
                 try:
-                    msgs = await sub.fetch(self.batch, timeout=self.poll)
-                except (TimeoutError, FetchTimeoutError, NatsTimeoutError):
-                    continue
-                except (ConnectionClosedError, OSError) as exc:
+                    msgs = await puller.next_batch(self.batch, stopping)
+                except Exception as exc:  # disconnected, consumer deleted, no JetStream, …
                     if self.nc.is_closed:
                         return
-                    log.warning("stage %s: fetch failed (%s); retrying", self.spec.durable, exc)
+                    log.warning("stage %s: pull failed (%s); retrying", self.spec.durable, exc)
                     await asyncio.sleep(pause)
                     pause = min(pause * 2, 5.0)
+                    puller.pending = 0
+                    if isinstance(exc, _PullFailed):
+                        try:
+                            await ensure_consumer(self.js, self.spec, deadline=5.0)
+                        except Exception as again:
+                            log.warning("stage %s: %s", self.spec.durable, again)
                     continue
-                except Exception as exc:  # reconnecting, consumer being recreated, …
-                    log.warning("stage %s: fetch failed (%s); retrying", self.spec.durable, exc)
-                    await asyncio.sleep(pause)
-                    pause = min(pause * 2, 5.0)
+                if not msgs:
                     continue
                 pause = 0.5
                 # Shielded: a stop request lets the batch in hand finish (ack after commit).
@@ -160,16 +302,14 @@ class PullStage:
                 if self.metrics is not None:
                     self._observe(msgs, time.perf_counter() - started)
         finally:
+            watcher.cancel()
             flush = getattr(self.handler, "flush", None)
             if flush is not None:
                 try:
                     await asyncio.shield(flush())
                 except Exception:
                     pass
-            try:
-                await sub.unsubscribe()
-            except Exception:
-                pass
+            await puller.close()
 
     def _observe(self, msgs: Sequence[Msg], seconds: float) -> None:
         assert self.metrics is not None

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, event, select, text
+from sqlalchemy import Connection, Engine, event, select, text
+from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlmodel import SQLModel
@@ -63,6 +64,24 @@ def create_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:
         "unsupported database URL; use sqlite+aiosqlite:///PATH or postgresql+asyncpg://…",
         key="database-url",
     )
+
+
+def sqlite_sync_writer(engine: AsyncEngine) -> Engine | None:
+    """A synchronous engine on the same SQLite file, for write transactions run whole in one
+    thread hop (one await instead of one event-loop round trip per statement). None for
+    PostgreSQL and for in-memory databases (another engine would see another database)."""
+    url = engine.url
+    if engine.dialect.name != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    sync = create_sync_engine(
+        url.set(drivername="sqlite"),
+        # Used from worker threads, one transaction at a time (the store's write lock).
+        connect_args={"timeout": 30, "check_same_thread": False},
+        pool_size=1,
+        max_overflow=0,
+    )
+    event.listen(sync, "connect", _sqlite_pragmas)
+    return sync
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Table, and_, func, select, update
+from sqlalchemy import Connection, Table, and_, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -23,7 +23,9 @@ from workflow.approvals import HeldRequest, RequestState
 from workflow.messages import ApprovalRecord, ApprovalRequirement, canonical_json
 from workflow.store import schema
 from workflow.store.audit import AuditEntry, ChainCheck, chain_hash, verify_chain
-from workflow.store.db import create_engine, migrate
+from workflow.store.db import create_engine, migrate, sqlite_sync_writer
+
+T = TypeVar("T")
 
 
 def _t(model: Any) -> Table:
@@ -94,6 +96,9 @@ class Store:
         self.engine = engine
         self.dialect = engine.dialect.name
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
+        # SQLite: hot write transactions run as one synchronous function in a worker thread
+        # (see `_transact`); the async engine keeps serving reads.
+        self._sync_writer = sqlite_sync_writer(engine)
 
     @classmethod
     async def open(cls, url: str) -> Store:
@@ -102,6 +107,8 @@ class Store:
         return store
 
     async def close(self) -> None:
+        if self._sync_writer is not None:
+            self._sync_writer.dispose()
         await self.engine.dispose()
 
     # ------------------------------------------------------------------ plumbing
@@ -118,17 +125,41 @@ class Store:
         async with self._write_lock, self.engine.begin() as conn:
             yield conn
 
+    async def _transact(self, body: Callable[[Connection], T]) -> T:
+        """Run `body` as one write transaction (commit on return, rollback on exception).
+
+        SQLite: the whole transaction in one worker-thread hop on the synchronous writer,
+        serialised by the write lock like every other write; the lock is held until the thread
+        is done even if the caller is cancelled. PostgreSQL: through `run_sync` on asyncpg.
+        """
+        writer = self._sync_writer
+        if writer is None or self._write_lock is None:
+            async with self._write() as conn:
+                return await conn.run_sync(body)
+
+        def run() -> T:
+            with writer.begin() as conn:
+                return body(conn)
+
+        async with self._write_lock:
+            task = asyncio.ensure_future(asyncio.to_thread(run))
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                await asyncio.wait([task])
+                raise
+
     async def ping(self) -> None:
         async with self.engine.connect() as conn:
             await conn.execute(select(1))
 
-    async def _append_audit(
-        self, conn: AsyncConnection, entries: Sequence[AuditEntry], now: datetime
+    def _append_audit_sync(
+        self, conn: Connection, entries: Sequence[AuditEntry], now: datetime
     ) -> None:
         if not entries:
             return
         head = (
-            await conn.execute(
+            conn.execute(
                 select(AUDIT_HEAD.c.seq, AUDIT_HEAD.c.hash)
                 .where(AUDIT_HEAD.c.id == 1)
                 .with_for_update()
@@ -157,16 +188,14 @@ class Store:
                 }
             )
             prev = digest
-        await conn.execute(AUDIT.insert(), rows)
-        await conn.execute(
-            update(AUDIT_HEAD).where(AUDIT_HEAD.c.id == 1).values(seq=seq, hash=prev)
-        )
+        conn.execute(AUDIT.insert(), rows)
+        conn.execute(update(AUDIT_HEAD).where(AUDIT_HEAD.c.id == 1).values(seq=seq, hash=prev))
 
-    async def _insert_events(
-        self, conn: AsyncConnection, events: Sequence[OutboxEvent], now: datetime
+    def _insert_events_sync(
+        self, conn: Connection, events: Sequence[OutboxEvent], now: datetime
     ) -> None:
         if events:
-            await conn.execute(
+            conn.execute(
                 self._insert(OUTBOX).on_conflict_do_nothing(index_elements=["msg_id"]),
                 [
                     {
@@ -182,6 +211,18 @@ class Store:
                 ],
             )
 
+    async def _append_audit(
+        self, conn: AsyncConnection, entries: Sequence[AuditEntry], now: datetime
+    ) -> None:
+        if entries:
+            await conn.run_sync(self._append_audit_sync, entries, now)
+
+    async def _insert_events(
+        self, conn: AsyncConnection, events: Sequence[OutboxEvent], now: datetime
+    ) -> None:
+        if events:
+            await conn.run_sync(self._insert_events_sync, events, now)
+
     # ------------------------------------------------------------------ intake
     async def record_intake(self, records: Sequence[IntakeRecord], now: datetime) -> IntakeResult:
         """Insert new proposals with their effects; report which ids already existed."""
@@ -190,32 +231,36 @@ class Store:
             unique.setdefault(rec.id, rec)
         if not unique:
             return IntakeResult(new=set(), existing_digests={})
-        async with self._write() as conn:
-            # executemany ("insertmanyvalues") with RETURNING: one cached statement for every
-            # batch size; a multi-row VALUES list of a new length would be compiled anew.
-            inserted = await conn.execute(
-                self._insert(PROPOSALS)
-                .on_conflict_do_nothing(index_elements=["id"])
-                .returning(PROPOSALS.c.id),
-                [r.proposal for r in unique.values()],
+        return await self._transact(lambda conn: self._record_intake(conn, unique, now))
+
+    def _record_intake(
+        self, conn: Connection, unique: dict[str, IntakeRecord], now: datetime
+    ) -> IntakeResult:
+        # executemany ("insertmanyvalues") with RETURNING: one cached statement for every
+        # batch size; a multi-row VALUES list of a new length would be compiled anew.
+        inserted = conn.execute(
+            self._insert(PROPOSALS)
+            .on_conflict_do_nothing(index_elements=["id"])
+            .returning(PROPOSALS.c.id),
+            [r.proposal for r in unique.values()],
+        )
+        new = {row[0] for row in inserted}
+        fresh = [r for r in unique.values() if r.id in new]
+        requests = [r.request for r in fresh if r.request is not None]
+        outcomes = [r.outcome for r in fresh if r.outcome is not None]
+        if requests:
+            conn.execute(REQUESTS.insert(), requests)
+        if outcomes:
+            conn.execute(OUTCOMES.insert(), outcomes)
+        self._insert_events_sync(conn, [e for r in fresh for e in r.events], now)
+        self._append_audit_sync(conn, [a for r in fresh for a in r.audit], now)
+        existing: dict[str, str] = {}
+        others = [i for i in unique if i not in new]
+        if others:
+            rows = conn.execute(
+                select(PROPOSALS.c.id, PROPOSALS.c.digest).where(PROPOSALS.c.id.in_(others))
             )
-            new = {row[0] for row in inserted}
-            fresh = [r for r in unique.values() if r.id in new]
-            requests = [r.request for r in fresh if r.request is not None]
-            outcomes = [r.outcome for r in fresh if r.outcome is not None]
-            if requests:
-                await conn.execute(REQUESTS.insert(), requests)
-            if outcomes:
-                await conn.execute(OUTCOMES.insert(), outcomes)
-            await self._insert_events(conn, [e for r in fresh for e in r.events], now)
-            await self._append_audit(conn, [a for r in fresh for a in r.audit], now)
-            existing: dict[str, str] = {}
-            others = [i for i in unique if i not in new]
-            if others:
-                rows = await conn.execute(
-                    select(PROPOSALS.c.id, PROPOSALS.c.digest).where(PROPOSALS.c.id.in_(others))
-                )
-                existing = {row.id: row.digest for row in rows}
+            existing = {row.id: row.digest for row in rows}
         return IntakeResult(new=new, existing_digests=existing)
 
     # ------------------------------------------------------------------ outbox
@@ -223,10 +268,8 @@ class Store:
         ids = list(msg_ids)
         if not ids:
             return
-        async with self._write() as conn:
-            await conn.execute(
-                update(OUTBOX).where(OUTBOX.c.msg_id.in_(ids)).values(published=True)
-            )
+        statement = update(OUTBOX).where(OUTBOX.c.msg_id.in_(ids)).values(published=True)
+        await self._transact(lambda conn: conn.execute(statement))
 
     async def events_for(self, proposal_ids: Iterable[str]) -> list[OutboxEvent]:
         ids = list(proposal_ids)

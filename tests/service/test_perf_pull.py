@@ -1,0 +1,148 @@
+"""PullStage's own pull loop: prompt hand-over, micro-batches, reconnects, graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Sequence
+from urllib.parse import urlparse
+
+import nats
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.api import RetentionPolicy, StreamConfig
+
+from workflow.service.embedded import EmbeddedNats
+from workflow.service.runner import PullStage
+from workflow.service.streams import ConsumerSpec
+
+
+class Recorder:
+    def __init__(self, delay: float = 0.0) -> None:
+        self.batches: list[list[bytes]] = []
+        self.at: list[float] = []
+        self.delay = delay
+
+    async def __call__(self, msgs: Sequence[Msg]) -> None:
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        for m in msgs:
+            await m.ack()
+        self.batches.append([m.data for m in msgs])
+        self.at.append(time.perf_counter())
+
+    @property
+    def seen(self) -> list[bytes]:
+        return [d for b in self.batches for d in b]
+
+
+async def setup(url: str) -> tuple[NATS, ConsumerSpec, str]:
+    nc = await nats.connect(url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    name = "PERF" + uuid.uuid4().hex[:8].upper()
+    subject = f"{name.lower()}.in"
+    await nc.jetstream().add_stream(
+        StreamConfig(name=name, subjects=[f"{subject}.>"], retention=RetentionPolicy.WORK_QUEUE)
+    )
+    return nc, ConsumerSpec(stream=name, durable="d", filter_subjects=(f"{subject}.>",)), subject
+
+
+async def wait_for(cond: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_message_published_while_idle_is_handed_over_promptly(nats_url: str) -> None:
+    nc, spec, subject = await setup(nats_url)
+    js = nc.jetstream()
+    rec = Recorder()
+    stopping = asyncio.Event()
+    task = asyncio.create_task(PullStage(nc, js, spec, rec, batch=256).run(stopping))
+    try:
+        await asyncio.sleep(0.5)  # idle: the pull request is waiting on the server
+        for i in range(5):
+            sent = time.perf_counter()
+            await js.publish(f"{subject}.a", f"m{i}".encode())
+            await wait_for(lambda i=i: len(rec.seen) == i + 1)
+            # No lingering for the rest of a batch: well under the 1 s poll.
+            assert rec.at[-1] - sent < 0.2
+            await asyncio.sleep(0.2)
+    finally:
+        stopping.set()
+        await asyncio.wait_for(task, 10)
+        await nc.close()
+    assert rec.seen == [f"m{i}".encode() for i in range(5)]
+
+
+async def test_a_backlog_larger_than_the_batch_is_split_and_nothing_is_lost(
+    nats_url: str,
+) -> None:
+    nc, spec, subject = await setup(nats_url)
+    js = nc.jetstream()
+    for i in range(700):
+        await js.publish(f"{subject}.a", str(i).encode())
+    rec = Recorder(delay=0.01)
+    stopping = asyncio.Event()
+    task = asyncio.create_task(PullStage(nc, js, spec, rec, batch=64).run(stopping))
+    try:
+        await wait_for(lambda: len(rec.seen) == 700)
+    finally:
+        stopping.set()
+        await asyncio.wait_for(task, 10)
+        await nc.close()
+    assert max(len(b) for b in rec.batches) == 64
+    assert sorted(int(d) for d in rec.seen) == list(range(700))
+
+
+async def test_consuming_goes_on_after_the_server_restarts(fresh_nats: EmbeddedNats) -> None:
+    nc, spec, subject = await setup(fresh_nats.url)
+    js = nc.jetstream()
+    rec = Recorder()
+    stopping = asyncio.Event()
+    task = asyncio.create_task(PullStage(nc, js, spec, rec, batch=16, poll=0.2).run(stopping))
+    try:
+        await js.publish(f"{subject}.a", b"before")
+        await wait_for(lambda: rec.seen == [b"before"])
+        fresh_nats.port = urlparse(fresh_nats.url).port or -1
+        fresh_nats.kill()
+        fresh_nats.start()
+        await wait_for(lambda: nc.is_connected and nc.stats["reconnects"] >= 1)
+        for _ in range(100):  # the stream may need a moment after a restart
+            try:
+                await js.publish(f"{subject}.a", b"after", timeout=1)
+                break
+            except Exception:
+                await asyncio.sleep(0.1)
+        await wait_for(lambda: rec.seen == [b"before", b"after"], timeout=15)
+    finally:
+        stopping.set()
+        await asyncio.wait_for(task, 10)
+        await nc.close()
+
+
+async def test_stopping_finishes_the_batch_in_hand_and_returns_the_rest(nats_url: str) -> None:
+    nc, spec, subject = await setup(nats_url)
+    js = nc.jetstream()
+    for i in range(50):
+        await js.publish(f"{subject}.a", str(i).encode())
+    rec = Recorder(delay=0.3)
+    stopping = asyncio.Event()
+    task = asyncio.create_task(PullStage(nc, js, spec, rec, batch=10).run(stopping))
+    await wait_for(lambda: rec.delay and len(rec.batches) == 0 and task is not None)
+    await asyncio.sleep(0.1)  # the first batch is in the handler
+    stopping.set()
+    await asyncio.wait_for(task, 10)
+    assert len(rec.seen) == 10
+    # The unhandled messages were given back: a new consumer gets them without waiting ack_wait.
+    rec2 = Recorder()
+    stopping2 = asyncio.Event()
+    task2 = asyncio.create_task(PullStage(nc, js, spec, rec2, batch=64).run(stopping2))
+    try:
+        await wait_for(lambda: len(rec2.seen) == 40, timeout=5)
+    finally:
+        stopping2.set()
+        await asyncio.wait_for(task2, 10)
+        await nc.close()
+    assert sorted(int(d) for d in rec.seen + rec2.seen) == list(range(50))
