@@ -211,18 +211,6 @@ class Store:
                 ],
             )
 
-    async def _append_audit(
-        self, conn: AsyncConnection, entries: Sequence[AuditEntry], now: datetime
-    ) -> None:
-        if entries:
-            await conn.run_sync(self._append_audit_sync, entries, now)
-
-    async def _insert_events(
-        self, conn: AsyncConnection, events: Sequence[OutboxEvent], now: datetime
-    ) -> None:
-        if events:
-            await conn.run_sync(self._insert_events_sync, events, now)
-
     # ------------------------------------------------------------------ intake
     async def record_intake(self, records: Sequence[IntakeRecord], now: datetime) -> IntakeResult:
         """Insert new proposals with their effects; report which ids already existed."""
@@ -383,55 +371,51 @@ class Store:
 
         Raises ConcurrentUpdate when another writer moved the request first.
         """
-        try:
-            async with self._write() as conn:
-                if write.decision is not None:
-                    got = await conn.execute(
-                        self._insert(DECISIONS)
-                        .values(**write.decision)
-                        .on_conflict_do_nothing(index_elements=["nonce"])
-                        .returning(DECISIONS.c.nonce)
-                    )
-                    if got.first() is None:
-                        return False
-                if write.expected_version is not None:
-                    values: dict[str, Any] = {"version": write.expected_version + 1}
-                    if write.requirement is not None:
-                        values["requirement"] = write.requirement
-                    if write.new_state is not None:
-                        values["state"] = write.new_state
-                        if write.new_state != RequestState.PENDING:
-                            values["closed_at"] = now
-                    changed = await conn.execute(
-                        update(REQUESTS)
-                        .where(
-                            REQUESTS.c.request_id == write.request_id,
-                            REQUESTS.c.version == write.expected_version,
-                        )
-                        .values(**values)
-                    )
-                    if changed.rowcount != 1:
-                        raise ConcurrentUpdate(write.request_id)
-                if write.outcome is not None:
-                    await conn.execute(OUTCOMES.insert().values(**write.outcome))
-                if write.proposal_status is not None:
-                    pid, status = write.proposal_status
-                    await conn.execute(
-                        update(PROPOSALS).where(PROPOSALS.c.id == pid).values(status=status)
-                    )
-                await self._insert_events(conn, write.events, now)
-                await self._append_audit(conn, write.audit, now)
-        except ConcurrentUpdate:
-            raise
+        return await self._transact(lambda conn: self._commit_step(conn, write, now))
+
+    def _commit_step(self, conn: Connection, write: StepWrite, now: datetime) -> bool:
+        if write.decision is not None:
+            got = conn.execute(
+                self._insert(DECISIONS)
+                .values(**write.decision)
+                .on_conflict_do_nothing(index_elements=["nonce"])
+                .returning(DECISIONS.c.nonce)
+            )
+            if got.first() is None:
+                return False
+        if write.expected_version is not None:
+            values: dict[str, Any] = {"version": write.expected_version + 1}
+            if write.requirement is not None:
+                values["requirement"] = write.requirement
+            if write.new_state is not None:
+                values["state"] = write.new_state
+                if write.new_state != RequestState.PENDING:
+                    values["closed_at"] = now
+            changed = conn.execute(
+                update(REQUESTS)
+                .where(
+                    REQUESTS.c.request_id == write.request_id,
+                    REQUESTS.c.version == write.expected_version,
+                )
+                .values(**values)
+            )
+            if changed.rowcount != 1:
+                raise ConcurrentUpdate(write.request_id)
+        if write.outcome is not None:
+            conn.execute(OUTCOMES.insert().values(**write.outcome))
+        if write.proposal_status is not None:
+            pid, status = write.proposal_status
+            conn.execute(update(PROPOSALS).where(PROPOSALS.c.id == pid).values(status=status))
+        self._insert_events_sync(conn, write.events, now)
+        self._append_audit_sync(conn, write.audit, now)
         return True
 
     async def append_audit(self, entries: Sequence[AuditEntry], now: datetime) -> None:
-        async with self._write() as conn:
-            await self._append_audit(conn, entries, now)
+        await self._transact(lambda conn: self._append_audit_sync(conn, entries, now))
 
     async def record_execution(self, row: dict[str, Any], audit: AuditEntry, now: datetime) -> bool:
-        async with self._write() as conn:
-            got = await conn.execute(
+        def body(conn: Connection) -> bool:
+            got = conn.execute(
                 self._insert(EXECUTIONS)
                 .values(**row)
                 .on_conflict_do_nothing(index_elements=["release_id"])
@@ -439,10 +423,11 @@ class Store:
             )
             if got.first() is None:
                 return False
-            await self._append_audit(conn, [audit], now)
-        return True
+            self._append_audit_sync(conn, [audit], now)
+            return True
 
-    # ------------------------------------------------------------------ queries
+        return await self._transact(body)
+
     async def pending(
         self, *, workspace: str | None, agent: str | None, limit: int
     ) -> list[tuple[Any, tuple[ApprovalRecord, ...]]]:
