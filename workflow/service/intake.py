@@ -7,16 +7,19 @@ added guarantee (the router is the pure `routing.route`, tested on its own).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 
+import httpx
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from workflow.classify.engine import classify
-from workflow.messages import Proposal
+from workflow.messages import Classification, Proposal
 from workflow.policy.engine import evaluate
 from workflow.service.context import ServiceContext
+from workflow.service.model_check import model_check
 from workflow.service.routing import SERVICE_ACTOR, route
 from workflow.service.runner import PublishedMarker, publish_events, settle_failure
 from workflow.service.tracing import span_headers, trace_headers
@@ -44,13 +47,17 @@ class Intake:
         # batches and kept off the path between a proposal and its result (measured: +16 %
         # read throughput, lower p50; see docs/bench.md).
         self.marker = PublishedMarker(ctx.store.mark_published)
+        self._http: httpx.AsyncClient | None = None
 
     async def flush(self) -> None:
         """Finish marking published events (PullStage calls this when it stops)."""
         await self.marker.flush()
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
 
-    def _evaluate(self, msg: Msg) -> IntakeRecord | str:
-        """The record for one message, or why it cannot be processed (a permanent problem)."""
+    def _classify(self, msg: Msg) -> tuple[Proposal, Classification] | str:
+        """The proposal and its classification, or why it cannot be processed (permanent)."""
         ctx = self.ctx
         agent = ctx.subjects.token_after(msg.subject, "proposals")
         try:
@@ -62,9 +69,13 @@ class Intake:
                 f"the proposal names agent {proposal.agent!r} but arrived on {msg.subject}; "
                 "an agent may only propose as itself"
             )
+        tables = ctx.policy.tables_for(proposal.tool, proposal.tool_definition)
+        return proposal, classify(proposal, tables)
+
+    def _route(self, msg: Msg, proposal: Proposal, classification: Classification) -> IntakeRecord:
+        ctx = self.ctx
         policy = ctx.policy
         definition = proposal.tool_definition
-        classification = classify(proposal, policy.tables_for(proposal.tool, definition))
         verdict = evaluate(proposal, classification, policy)
         trace = trace_headers(msg.headers)
         if trace:
@@ -92,12 +103,31 @@ class Intake:
                 )
         return record
 
+    async def _model_checked(
+        self, items: list[tuple[Msg, Proposal, Classification]]
+    ) -> list[tuple[Msg, Proposal, Classification]]:
+        """Layer 7, when configured: the model may only raise a shell call's classification.
+
+        The calls of one batch run concurrently; each is bounded by the configured timeout and
+        a failure leaves the classification as it was (with a reason saying so).
+        """
+        config = self.ctx.policy.classifier_tables().model_classifier
+        if config is None or not config.enabled or not items:
+            return items
+        if self._http is None:
+            self._http = httpx.AsyncClient()
+        checked = await asyncio.gather(
+            *(model_check(p, c, config, self._http) for _, p, c in items)
+        )
+        return [(m, p, c) for (m, p, _), c in zip(items, checked, strict=True)]
+
     async def __call__(self, msgs: Sequence[Msg]) -> None:
+        classified: list[tuple[Msg, Proposal, Classification]] = []
         good: list[tuple[Msg, IntakeRecord]] = []
         bad: list[tuple[Msg, str]] = []
         for msg in msgs:
             try:
-                outcome = self._evaluate(msg)
+                outcome = self._classify(msg)
             except Exception as exc:  # a bug must not lose the message: retry, then dead-letter
                 log.exception("intake: unexpected error on %s", msg.subject)
                 await settle_failure(msg, f"internal error: {exc!r}", self._dead, self.ctx.retry)
@@ -105,7 +135,13 @@ class Intake:
             if isinstance(outcome, str):
                 bad.append((msg, outcome))
             else:
-                good.append((msg, outcome))
+                classified.append((msg, *outcome))
+        for msg, proposal, classification in await self._model_checked(classified):
+            try:
+                good.append((msg, self._route(msg, proposal, classification)))
+            except Exception as exc:
+                log.exception("intake: unexpected error on %s", msg.subject)
+                await settle_failure(msg, f"internal error: {exc!r}", self._dead, self.ctx.retry)
         good, events = await self._commit(good, bad)
         try:
             published = await publish_events(self.ctx.js, events)
