@@ -129,3 +129,14 @@ def test_keys_new_writes_a_private_seed_and_prints_the_policy_snippet(tmp_path: 
     assert seed.stat().st_mode & 0o777 == 0o600
     assert seed.read_text().startswith("SU")
     assert "[approvers.alice]" in result.stdout
+
+
+def test_a_second_serve_in_the_same_data_dir_is_refused(
+    served: tuple[Path, subprocess.Popen[str]],
+) -> None:
+    cwd, proc = served
+    second = cli(cwd, "serve", timeout=30)
+    assert second.returncode == 2
+    assert f"another headgate serve (pid {proc.pid}) is running" in second.stderr
+    # The first one is untouched and still answers.
+    assert cli(cwd, "pending").returncode == 0

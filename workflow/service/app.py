@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import getpass
 import logging
+import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +15,7 @@ from pathlib import Path
 from nats.aio.client import Client as NATS
 from nats.aio.subscription import Subscription
 
-from workflow.errors import ConnectError, HeadgateError
+from workflow.errors import ConfigError, ConnectError, HeadgateError
 from workflow.policy.model import Approver, Policy, default_policy, load_policy
 from workflow.service.api import serve_api
 from workflow.service.background import Auditor, every
@@ -32,6 +34,7 @@ from workflow.subjects import Subjects
 log = logging.getLogger("headgate")
 
 URL_FILE = "nats.url"
+LOCK_FILE = "serve.lock"
 LOCAL_KEY_FILE = "approver.seed"
 
 
@@ -160,10 +163,44 @@ class Service:
         self.url = ""
         self._policy_mtime: float | None = None
         self.health: HealthServer | None = None
+        self._lock_fd: int | None = None
+
+    def _lock_data_dir(self) -> None:
+        """One service per data dir: it holds the embedded server's store, the SQLite database
+        and the local key. A second `serve` there would start a second nats-server on the same
+        JetStream store. The kernel drops the lock when the process dies, even by SIGKILL."""
+        path = self.settings.data_dir / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise ConfigError(
+                f"another headgate serve (pid {holder}) is running with the data dir "
+                f"{self.settings.data_dir}; stop it or pass another --data-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock_fd = fd
+
+    def _unlock_data_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing releases the flock
+            self._lock_fd = None
 
     async def start(self) -> None:
         s = self.settings
         s.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_data_dir()
+        try:
+            await self._start()
+        except BaseException:
+            self._unlock_data_dir()
+            raise
+
+    async def _start(self) -> None:
+        s = self.settings
         policy = load_settings_policy(s)
         if s.nats_url:
             self.url = s.nats_url
@@ -307,6 +344,7 @@ class Service:
                 await self.ctx.nc.drain()
             await self.ctx.store.close()
         self._stop_embedded()
+        self._unlock_data_dir()
         log.info("headgate stopped")
 
     def _stop_embedded(self) -> None:
