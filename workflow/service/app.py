@@ -25,7 +25,7 @@ from workflow.service.embedded import EmbeddedNats
 from workflow.service.intake import Intake
 from workflow.service.metrics import HealthServer
 from workflow.service.runner import PullStage, RetryPolicy
-from workflow.service.streams import ensure_streams, service_consumers
+from workflow.service.streams import PER_AGENT_BACKLOG, ensure_streams, service_consumers
 from workflow.signing import ApproverKey
 from workflow.store.audit import AuditEntry
 from workflow.store.repo import Store
@@ -52,6 +52,7 @@ class Settings:
     republish_interval: float = 5.0
     connect_timeout: float = 60.0
     retry_base_delay: float = 1.0
+    per_agent_backlog: int = PER_AGENT_BACKLOG
     nats_user: str | None = None
     nats_password: str | None = None
     nats_creds: str | None = None
@@ -217,7 +218,9 @@ class Service:
             raise
         js = nc.jetstream(timeout=10)
         try:
-            await ensure_streams(js, self.subjects, s.replicas)
+            await ensure_streams(
+                js, self.subjects, s.replicas, per_agent_backlog=s.per_agent_backlog
+            )
         except Exception as exc:
             await nc.close()
             await store.close()

@@ -58,7 +58,9 @@ class ConsumerSpec:
     filter_subjects: tuple[str, ...]
 
 
-def stream_configs(subjects: Subjects, replicas: int = 1) -> list[StreamConfig]:
+def stream_configs(
+    subjects: Subjects, replicas: int = 1, per_agent_backlog: int = PER_AGENT_BACKLOG
+) -> list[StreamConfig]:
     def cfg(kind: str, subs: list[str], **kw: object) -> StreamConfig:
         return StreamConfig(
             name=subjects.stream(kind),
@@ -75,7 +77,7 @@ def stream_configs(subjects: Subjects, replicas: int = 1) -> list[StreamConfig]:
             [subjects.proposals(">")],
             retention=RetentionPolicy.WORK_QUEUE,
             max_age=7 * DAY,
-            max_msgs_per_subject=PER_AGENT_BACKLOG,
+            max_msgs_per_subject=per_agent_backlog,
             discard=DiscardPolicy.NEW,
             discard_new_per_subject=True,
         ),
@@ -128,14 +130,19 @@ def consumer_config(spec: ConsumerSpec, *, max_ack_pending: int = 4096) -> Consu
 
 
 async def ensure_streams(
-    js: JetStreamContext, subjects: Subjects, replicas: int = 1, *, deadline: float = 60.0
+    js: JetStreamContext,
+    subjects: Subjects,
+    replicas: int = 1,
+    *,
+    deadline: float = 60.0,
+    per_agent_backlog: int = PER_AGENT_BACKLOG,
 ) -> None:
     """Create the streams, or bring an existing stream's config up to date.
 
     Several replicas may start at once against a cluster that is still electing leaders, so
     each step is retried (two creators race: the loser finds the stream and updates it).
     """
-    for config in stream_configs(subjects, replicas):
+    for config in stream_configs(subjects, replicas, per_agent_backlog):
         await _retrying(partial(_ensure_stream, js, config), f"stream {config.name}", deadline)
 
 
