@@ -18,10 +18,16 @@ HEADGATE = [sys.executable, "-m", "workflow"]
 
 def cli(cwd: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEADGATE_")}
+    env["COLUMNS"] = "240"  # tables on one line each, as on a wide terminal
     return subprocess.run(
-        [*HEADGATE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-        check=False, env=env,
-    )  # fmt: skip
+        [*HEADGATE, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+    )
 
 
 @pytest.fixture
@@ -30,9 +36,13 @@ def served(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEADGATE_")}
     log = (tmp_path / "serve.log").open("w")
     proc = subprocess.Popen(
-        [*HEADGATE, "serve", "--default-ttl", "600"], cwd=tmp_path, stdout=log,
-        stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
+        [*HEADGATE, "serve", "--default-ttl", "600"],
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     url_file = tmp_path / ".headgate" / "nats.url"
     deadline = time.monotonic() + 30
     while not url_file.exists() or "headgate ready" not in (tmp_path / "serve.log").read_text():
@@ -52,16 +62,41 @@ def test_quick_start_commands_work_from_the_serve_directory(
     served: tuple[Path, subprocess.Popen[str]],
 ) -> None:
     cwd, proc = served
-    read = cli(cwd, "propose", "--agent", "demo", "--tool", "read_file",
-               "--args", '{"path": "README.md"}', "--wait", "10")  # fmt: skip
+    read = cli(
+        cwd,
+        "propose",
+        "--agent",
+        "demo",
+        "--tool",
+        "read_file",
+        "--args",
+        '{"path": "README.md"}',
+        "--wait",
+        "10",
+    )
     assert read.returncode == 0, read.stderr
     assert "released" in read.stdout
 
-    held = cli(cwd, "propose", "--agent", "demo", "--tool", "write_file", "--id", "w1",
-               "--args", '{"path": "notes.txt"}', "--wait", "1")  # fmt: skip
+    held = cli(
+        cwd,
+        "propose",
+        "--agent",
+        "demo",
+        "--tool",
+        "write_file",
+        "--id",
+        "w1",
+        "--args",
+        '{"path": "notes.txt", "token": "hunter2-secret"}',
+        "--wait",
+        "1",
+    )
     assert held.returncode == 4, held.stdout + held.stderr  # still pending
     assert "held for approval" in held.stdout
 
+    table = cli(cwd, "pending")
+    assert "notes.txt" in table.stdout
+    assert "hunter2-secret" not in table.stdout  # secrets are masked for people
     pending = json.loads(cli(cwd, "pending", "--json").stdout)
     (item,) = pending["items"]
     assert item["proposal_id"] == "w1"
@@ -83,8 +118,18 @@ def test_quick_start_commands_work_from_the_serve_directory(
     assert "decision.accepted" in kinds
     assert "released" in kinds
 
-    denied = cli(cwd, "propose", "--agent", "demo", "--tool", "delete_file",
-                 "--args", '{"path": "x"}', "--wait", "10")  # fmt: skip
+    denied = cli(
+        cwd,
+        "propose",
+        "--agent",
+        "demo",
+        "--tool",
+        "delete_file",
+        "--args",
+        '{"path": "x"}',
+        "--wait",
+        "10",
+    )
     assert denied.returncode == 3
     assert "denied" in denied.stdout
 
@@ -96,8 +141,12 @@ def test_quick_start_commands_work_from_the_serve_directory(
     assert "intact" in verify.stdout
     tail = cli(cwd, "audit", "tail", "-n", "50", "--json")
     assert {json.loads(line)["kind"] for line in tail.stdout.splitlines()} >= {
-        "proposal", "held", "decision.accepted", "released", "blocked",
-    }  # fmt: skip
+        "proposal",
+        "held",
+        "decision.accepted",
+        "released",
+        "blocked",
+    }
 
     # SIGTERM: finish what is in hand, stop the embedded server, exit 0.
     proc.send_signal(signal.SIGTERM)
@@ -114,7 +163,7 @@ def test_user_mistakes_get_one_line_errors_not_tracebacks(tmp_path: Path) -> Non
         (["serve", "--policy", str(tmp_path / "missing.toml")], "the policy file cannot be read"),
         (["audit", "verify", "--data-dir", str(tmp_path / "nowhere")], "no database at"),
         (["keys", "new", "x", "--out", str(tmp_path)], "exists; refusing to overwrite"),
-    ]  # fmt: skip
+    ]
     for args, message in cases:
         result = cli(tmp_path, *args)
         assert result.returncode == 2, (args, result.stderr)

@@ -33,6 +33,7 @@ from workflow.cli.common import (
     parse_json_option,
     print_json,
 )
+from workflow.client.display import mask_secrets
 from workflow.errors import ConfigError
 from workflow.messages import (
     ApprovalDecision,
@@ -231,7 +232,7 @@ def pending(
                     it.request_id,
                     f"{it.agent} / {it.workspace}",
                     it.tool,
-                    json.dumps(it.arguments, ensure_ascii=False)[:200],
+                    json.dumps(mask_secrets(it.arguments), ensure_ascii=False)[:200],
                     f"{it.risk_class} ({it.severity})",
                     "\n".join(it.reasons),
                     f"{len(it.approvals)}/{it.requirement.approvals_needed}"
@@ -355,7 +356,8 @@ def show(
     console.print(
         f"[bold]{escape(p.id)}[/]  {p.agent} / {p.workspace}  status: [bold]{h.status}[/]"
     )
-    console.print(Text(f"tool {p.tool}  arguments {json.dumps(p.arguments, ensure_ascii=False)}"))
+    arguments = json.dumps(mask_secrets(p.arguments), ensure_ascii=False)
+    console.print(Text(f"tool {p.tool}  arguments {arguments}"))
     if p.intent:
         console.print(Text(f"intent (not trusted): {p.intent}"))
     console.print(
