@@ -123,25 +123,30 @@ async def test_consuming_goes_on_after_the_server_restarts(fresh_nats: EmbeddedN
 
 async def test_stopping_finishes_the_batch_in_hand_and_returns_the_rest(nats_url: str) -> None:
     nc, spec, subject = await setup(nats_url)
-    js = nc.jetstream()
-    for i in range(50):
-        await js.publish(f"{subject}.a", str(i).encode())
-    rec = Recorder(delay=0.3)
-    stopping = asyncio.Event()
-    task = asyncio.create_task(PullStage(nc, js, spec, rec, batch=10).run(stopping))
-    await wait_for(lambda: rec.delay and len(rec.batches) == 0 and task is not None)
-    await asyncio.sleep(0.1)  # the first batch is in the handler
-    stopping.set()
-    await asyncio.wait_for(task, 10)
-    assert len(rec.seen) == 10
-    # The unhandled messages were given back: a new consumer gets them without waiting ack_wait.
-    rec2 = Recorder()
-    stopping2 = asyncio.Event()
-    task2 = asyncio.create_task(PullStage(nc, js, spec, rec2, batch=64).run(stopping2))
     try:
-        await wait_for(lambda: len(rec2.seen) == 40, timeout=5)
+        js = nc.jetstream()
+        for i in range(50):
+            await js.publish(f"{subject}.a", str(i).encode())
+        rec = Recorder(delay=0.3)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(PullStage(nc, js, spec, rec, batch=10).run(stopping))
+        await asyncio.sleep(0.1)  # the first batch (whatever had arrived, ≤ 10) is in the handler
+        stopping.set()
+        await asyncio.wait_for(task, 10)
+        # That batch finished; nothing after the stop was handed over.
+        assert len(rec.batches) == 1
+        assert 1 <= len(rec.seen) <= 10
+        # The unhandled messages were given back: a new consumer gets them without waiting
+        # ack_wait.
+        rest = 50 - len(rec.seen)
+        rec2 = Recorder()
+        stopping2 = asyncio.Event()
+        task2 = asyncio.create_task(PullStage(nc, js, spec, rec2, batch=64).run(stopping2))
+        try:
+            await wait_for(lambda: len(rec2.seen) == rest, timeout=5)
+        finally:
+            stopping2.set()
+            await asyncio.wait_for(task2, 10)
+        assert sorted(int(d) for d in rec.seen + rec2.seen) == list(range(50))
     finally:
-        stopping2.set()
-        await asyncio.wait_for(task2, 10)
         await nc.close()
-    assert sorted(int(d) for d in rec.seen + rec2.seen) == list(range(50))
