@@ -135,7 +135,7 @@ async def test_stopping_finishes_the_batch_in_hand_and_returns_the_rest(nats_url
         await asyncio.wait_for(task, 10)
         # That batch finished; nothing after the stop was handed over.
         assert len(rec.batches) == 1
-        assert 1 <= len(rec.seen) <= 10
+        assert 0 < len(rec.seen) <= 10
         # The unhandled messages were given back: a new consumer gets them without waiting
         # ack_wait.
         rest = 50 - len(rec.seen)
