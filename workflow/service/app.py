@@ -9,7 +9,7 @@ import getpass
 import logging
 import os
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from nats.aio.client import Client as NATS
@@ -57,7 +57,6 @@ class Settings:
     nats_password: str | None = None
     nats_creds: str | None = None
     metrics_port: int | None = None
-    extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def db_url(self) -> str:
