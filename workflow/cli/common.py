@@ -13,13 +13,11 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import nats
 import typer
 from nats.aio.client import Client as NATS
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeoutError
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 
-from workflow.errors import ConfigError, ConnectError, HeadgateError
-from workflow.messages import ApiError
+from workflow.client import transport
+from workflow.errors import ConfigError, ConnectError
 from workflow.service.app import LOCAL_KEY_FILE, URL_FILE
 from workflow.signing import ApproverKey
 from workflow.subjects import Subjects
@@ -97,19 +95,8 @@ async def connected(nats_url: str | None, data_dir: Path) -> AsyncIterator[NATS]
 async def api_call(
     nc: NATS, subjects: Subjects, name: str, body: BaseModel, reply: type[M], timeout: float = 5.0
 ) -> M:
-    try:
-        msg = await nc.request(subjects.api(name), body.model_dump_json().encode(), timeout=timeout)
-    except NoRespondersError as exc:
-        raise ConnectError(
-            "no Headgate service answers on this NATS server (is `headgate serve` running, "
-            "with the same --prefix?)"
-        ) from exc
-    except NatsTimeoutError as exc:
-        raise ConnectError(f"the Headgate service did not answer within {timeout:.0f}s") from exc
-    data = json.loads(msg.data)
-    if isinstance(data, dict) and set(data) == {"error"}:
-        raise HeadgateError(ApiError.model_validate(data).error)
-    return reply.model_validate(data)
+    """Ask `<prefix>.api.<name>`; the service's error sentence becomes the CLI's error."""
+    return await transport.ask(nc, subjects.api(name), body, reply, timeout)
 
 
 def print_json(value: Any) -> None:

@@ -12,8 +12,8 @@ from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError
 from pydantic import BaseModel
 
-from workflow.errors import ConnectError
-from workflow.messages import GetQuery, ProposalHistory
+from workflow.errors import ConnectError, HeadgateError
+from workflow.messages import ApiError, GetQuery, ProposalHistory
 from workflow.subjects import Subjects
 
 M = TypeVar("M", bound=BaseModel)
@@ -39,6 +39,26 @@ async def publish(nc: NATS, subject: str, body: BaseModel, msg_id: str) -> bool:
     return bool(ack.duplicate)
 
 
+class ApiRefused(HeadgateError):
+    """The service answered a query with an error (an unknown id, an invalid request)."""
+
+
+async def ask(nc: NATS, subject: str, body: BaseModel, reply: type[M], timeout: float = 5.0) -> M:
+    """Ask a request/reply subject of the service; ApiRefused carries its error sentence."""
+    try:
+        msg = await nc.request(subject, body.model_dump_json().encode(), timeout=timeout)
+    except NoRespondersError as exc:
+        raise ConnectError(
+            f"no Headgate service answers on {subject} (is it running, with the same prefix?)"
+        ) from exc
+    except TimeoutError as exc:  # nats-py's TimeoutError is one too
+        raise ConnectError(f"the Headgate service did not answer within {timeout:g}s") from exc
+    data = json.loads(msg.data)
+    if isinstance(data, dict) and set(data) == {"error"}:
+        raise ApiRefused(ApiError.model_validate(data).error)
+    return reply.model_validate(data)
+
+
 async def request(
     nc: NATS,
     subjects: Subjects,
@@ -50,19 +70,10 @@ async def request(
     subject: str | None = None,
 ) -> M | None:
     """Ask `<prefix>.api.<name>` (or `subject`); None when the service answers with an error."""
-    subject = subject or subjects.api(name)
     try:
-        msg = await nc.request(subject, body.model_dump_json().encode(), timeout=timeout)
-    except NoRespondersError as exc:
-        raise ConnectError(
-            f"no Headgate service answers on {subject} (is it running, with the same prefix?)"
-        ) from exc
-    except TimeoutError as exc:  # nats-py's TimeoutError is one too
-        raise ConnectError(f"the Headgate service did not answer within {timeout:g}s") from exc
-    data = json.loads(msg.data)
-    if isinstance(data, dict) and set(data) == {"error"}:
+        return await ask(nc, subject or subjects.api(name), body, reply, timeout)
+    except ApiRefused:
         return None
-    return reply.model_validate(data)
 
 
 async def history(
