@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 
 class HeadgateError(Exception):
     """Root of every error Headgate raises on purpose. Its message is meant for a human."""
@@ -30,3 +32,13 @@ class NotFoundError(HeadgateError):
 
 class ConnectError(HeadgateError):
     """NATS or the database cannot be reached."""
+
+
+def describe_invalid(exc: ValidationError, *, limit: int = 5) -> str:
+    """The problems of a validation error as one line: 'tool: Field required; colour: …'."""
+    parts = [
+        f"{'.'.join(map(str, err['loc'])) or '(message)'}: {err['msg']}"
+        for err in exc.errors()[:limit]
+    ]
+    more = f" (and {exc.error_count() - limit} more)" if exc.error_count() > limit else ""
+    return "; ".join(parts) + more

@@ -27,14 +27,13 @@ from workflow.cli.common import (
     api_call,
     connected,
     console,
-    describe,
     fail,
     load_key,
     parse_json_option,
     print_json,
 )
 from workflow.client.display import mask_secrets
-from workflow.errors import ConfigError
+from workflow.errors import ConfigError, describe_invalid
 from workflow.messages import (
     ApprovalDecision,
     DecisionVerdict,
@@ -100,7 +99,7 @@ def propose(
             created_at=datetime.now(UTC),
         )
     except ValidationError as exc:
-        raise ConfigError(f"invalid proposal: {describe(exc)}") from exc
+        raise ConfigError(f"invalid proposal: {describe_invalid(exc)}") from exc
     subjects = Subjects(prefix)
     code = asyncio.run(_propose(proposal, wait, nats_url, data_dir, subjects, json_out))
     raise typer.Exit(code)

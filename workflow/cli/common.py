@@ -13,7 +13,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import nats
 import typer
 from nats.aio.client import Client as NATS
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from rich.console import Console
 
 from workflow.client import transport
@@ -111,12 +111,6 @@ def parse_json_option(text: str, option: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{option} is not valid JSON: {exc.msg} at column {exc.colno}") from exc
-
-
-def describe(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(map(str, e['loc'])) or '(value)'}: {e['msg']}" for e in exc.errors()[:5]
-    )
 
 
 def load_key(key: Path | None, data_dir: Path) -> ApproverKey:

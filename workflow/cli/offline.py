@@ -16,8 +16,8 @@ from rich.text import Text
 
 from workflow.classify.engine import classify as classify_proposal
 from workflow.classify.tables import DEFAULT_TABLES, ClassifierTables
-from workflow.cli.common import DEFAULT_DATA_DIR, DataDir, JsonOut, console, describe, print_json
-from workflow.errors import ConfigError
+from workflow.cli.common import DEFAULT_DATA_DIR, DataDir, JsonOut, console, print_json
+from workflow.errors import ConfigError, describe_invalid
 from workflow.messages import Classification, Proposal
 from workflow.policy.model import load_policy
 from workflow.schemas import write_schemas
@@ -61,7 +61,7 @@ def classify(
             continue
         except ValidationError as exc:
             errors += 1
-            _emit_error(number, f"invalid proposal: {describe(exc)}", explain)
+            _emit_error(number, f"invalid proposal: {describe_invalid(exc)}", explain)
             continue
         except ValueError as exc:
             errors += 1

@@ -21,10 +21,9 @@ from workflow.cli.common import (
     api_call,
     connected,
     console,
-    describe,
     print_json,
 )
-from workflow.errors import ConfigError
+from workflow.errors import ConfigError, describe_invalid
 from workflow.messages import (
     Classification,
     GetQuery,
@@ -138,7 +137,7 @@ def explain(
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{proposal} is not JSON: {exc.msg}") from exc
         except ValidationError as exc:
-            raise ConfigError(f"{proposal}: invalid proposal: {describe(exc)}") from exc
+            raise ConfigError(f"{proposal}: invalid proposal: {describe_invalid(exc)}") from exc
         pol: Policy = load_policy(policy) if policy else default_policy()
         cls = classify(call, pol.tables_for(call.tool, call.tool_definition))
         _print_explanation(evaluate(call, cls, pol), cls, call, json_out)

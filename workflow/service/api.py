@@ -16,7 +16,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from pydantic import BaseModel, ValidationError
 
-from workflow.errors import HeadgateError
+from workflow.errors import HeadgateError, describe_invalid
 from workflow.messages import (
     ApiError,
     ApprovalRecord,
@@ -189,9 +189,7 @@ def _responder(
         try:
             query = model.model_validate_json(msg.data or b"{}")
         except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(map(str, err["loc"])) or "(request)"
-            answer: BaseModel = ApiError(error=f"Invalid {name} request: {loc}: {err['msg']}.")
+            answer: BaseModel = ApiError(error=f"Invalid {name} request: {describe_invalid(exc)}.")
         else:
             try:
                 answer = await handler(ctx, query, msg.subject)

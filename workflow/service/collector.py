@@ -24,6 +24,7 @@ from workflow.approvals import (
     cancel,
 )
 from workflow.classify.engine import classify
+from workflow.errors import describe_invalid
 from workflow.messages import (
     ApprovalDecision,
     ApprovalRecord,
@@ -133,10 +134,7 @@ class Collector:
         try:
             decision = ApprovalDecision.model_validate(raw)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or '(message)'}: {e['msg']}" for e in exc.errors()
-            )
-            raise Permanent(f"invalid decision: {problems}") from exc
+            raise Permanent(f"invalid decision: {describe_invalid(exc)}") from exc
         now = ctx.now()
         token = ctx.subjects.token_after(msg.subject, "decisions")
         if token != decision.request_id:

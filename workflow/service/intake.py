@@ -16,6 +16,7 @@ from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from workflow.classify.engine import classify
+from workflow.errors import describe_invalid
 from workflow.messages import Classification, Proposal
 from workflow.policy.engine import evaluate
 from workflow.service.context import ServiceContext
@@ -28,16 +29,6 @@ from workflow.store.repo import IntakeRecord, OutboxEvent
 
 log = logging.getLogger("headgate.intake")
 STAGE = "intake"
-
-
-def describe_validation(exc: ValidationError) -> str:
-    """One readable sentence per problem: 'tool: Field required; color: Extra inputs …'."""
-    parts = []
-    for err in exc.errors()[:5]:
-        loc = ".".join(str(p) for p in err["loc"]) or "(message)"
-        parts.append(f"{loc}: {err['msg']}")
-    more = f" (and {exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
-    return "invalid proposal: " + "; ".join(parts) + more
 
 
 class Intake:
@@ -63,7 +54,7 @@ class Intake:
         try:
             proposal = Proposal.model_validate_json(msg.data)
         except ValidationError as exc:
-            return describe_validation(exc)
+            return f"invalid proposal: {describe_invalid(exc)}"
         if agent is None or proposal.agent != agent:
             return (
                 f"the proposal names agent {proposal.agent!r} but arrived on {msg.subject}; "
