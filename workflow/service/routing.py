@@ -127,6 +127,8 @@ def route(
         Decision.DENY: "denied",
         Decision.REQUIRE_APPROVAL: "pending",
     }[verdict.decision]
+    classification_json = classification.model_dump_json()
+    verdict_json = verdict.model_dump_json()
     record = IntakeRecord(
         proposal={
             "id": proposal.id,
@@ -139,22 +141,22 @@ def route(
             "decision": verdict.decision,
             "status": status,
             "payload": payload,
-            "classification": classification.model_dump_json(),
-            "verdict": verdict.model_dump_json(),
+            "classification": classification_json,
+            "verdict": verdict_json,
             "received_at": now,
         }
     )
+    # The proposal exactly as the agent sent it (a JSON object: it was validated as one) and
+    # the parts already serialised, joined rather than serialised again.
     record.audit.append(
         AuditEntry(
             kind="proposal",
             actor=proposal.agent,
             proposal_id=proposal.id,
-            data={
-                "proposal": proposal.model_dump(mode="json", exclude_none=True),
-                "digest": digest,
-                "classification": classification.model_dump(mode="json"),
-                "verdict": verdict.model_dump(mode="json"),
-            },
+            data=(
+                f'{{"proposal":{payload},"digest":"{digest}",'
+                f'"classification":{classification_json},"verdict":{verdict_json}}}'
+            ),
         )
     )
     if verdict.decision is Decision.ALLOW:

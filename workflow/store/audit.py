@@ -14,11 +14,16 @@ GENESIS = "0" * 64
 
 @dataclass(frozen=True, slots=True)
 class AuditEntry:
-    """One thing that happened, before it is given a place in the chain."""
+    """One thing that happened, before it is given a place in the chain.
+
+    `data` is a JSON object: a dict (stored as canonical JSON) or, on hot paths that hold the
+    parts already serialised, the text of one (stored as given). The chain hashes the stored
+    text, so verifying never re-serialises anything.
+    """
 
     kind: str
     actor: str
-    data: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] | str = field(default_factory=dict)
     proposal_id: str | None = None
     request_id: str | None = None
 

@@ -67,16 +67,18 @@ def create_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:
 
 
 def sqlite_sync_writer(engine: AsyncEngine) -> Engine | None:
-    """A synchronous engine on the same SQLite file, for write transactions run whole in one
-    thread hop (one await instead of one event-loop round trip per statement). None for
-    PostgreSQL and for in-memory databases (another engine would see another database)."""
+    """A synchronous engine on the same SQLite file, for write transactions run whole as one
+    synchronous function (no event-loop round trip per statement). None for PostgreSQL and for
+    in-memory databases (another engine would see another database)."""
     url = engine.url
     if engine.dialect.name != "sqlite" or url.database in (None, "", ":memory:"):
         return None
     sync = create_sync_engine(
         url.set(drivername="sqlite"),
-        # Used from worker threads, one transaction at a time (the store's write lock).
-        connect_args={"timeout": 30, "check_same_thread": False},
+        # One transaction at a time (the store's write lock), on the event loop's thread. The
+        # service is the only writer (the data directory's lock); a lock held by something
+        # else fails the transaction after the busy timeout (the stage retries it later).
+        connect_args={"timeout": 10, "check_same_thread": False},
         pool_size=1,
         max_overflow=0,
     )
