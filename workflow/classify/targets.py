@@ -48,14 +48,18 @@ def normalise(raw: str, cwd: str | None, home: str) -> str:
     return _MULTI_SLASH.sub("/", path)
 
 
-def _glob_regex(pattern: str, home: str) -> str:
-    """Regex source for one path glob (see the tables module for the syntax)."""
+_ANYWHERE = "(?:.*/)?"
+
+
+def _glob_parts(pattern: str, home: str) -> tuple[bool, str]:
+    """One path glob (see the tables module for the syntax) as (anywhere, regex source):
+    `anywhere` when it starts with `**/`, the regex then being `_ANYWHERE` + the source."""
     if pattern == "~" or pattern.startswith("~/"):
         pattern = home.rstrip("/") + pattern[1:]
     anywhere = pattern.startswith("**/")
     if anywhere:
         pattern = pattern[3:]
-    out = ["(?:.*/)?" if anywhere else ""]
+    out = []
     i = 0
     while i < len(pattern):
         if pattern.startswith("/**", i) and i + 3 == len(pattern):
@@ -73,7 +77,7 @@ def _glob_regex(pattern: str, home: str) -> str:
         else:
             out.append(re.escape(pattern[i]))
             i += 1
-    return "".join(out)
+    return anywhere, "".join(out)
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,16 @@ class GlobSet:
 
 @lru_cache(maxsize=64)
 def compile_globs(patterns: tuple[str, ...], home: str) -> GlobSet:
-    sources = [_glob_regex(p, home) for p in patterns]
-    combined = re.compile("|".join(f"(?:{s})" for s in sources) or "(?!)", re.IGNORECASE)
+    parts = [_glob_parts(p, home) for p in patterns]
+    sources = [_ANYWHERE + body if anywhere else body for anywhere, body in parts]
+    # The combined regex matches the same paths as the alternation of `sources`, but the
+    # `**/` globs share one `(?:.*/)?` prefix: the engine walks back over the directories
+    # once instead of once per glob (about twice as fast on a path that matches none).
+    anywhere_bodies = [f"(?:{body})" for anywhere, body in parts if anywhere]
+    alternatives = [f"(?:{body})" for anywhere, body in parts if not anywhere]
+    if anywhere_bodies:
+        alternatives.insert(0, f"{_ANYWHERE}(?:{'|'.join(anywhere_bodies)})")
+    combined = re.compile("|".join(alternatives) or "(?!)", re.IGNORECASE)
     names: set[str] = set()
     for p in patterns:
         for seg in p.split("/"):
