@@ -14,6 +14,7 @@ from enum import Enum
 from functools import lru_cache
 
 from workflow.classify.findings import Finding, finding
+from workflow.classify.memo import per_object
 from workflow.classify.tables import ClassifierTables
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 
@@ -171,7 +172,9 @@ def _compiled(
     )
 
 
+@per_object
 def path_rules(tables: ClassifierTables) -> PathRules:
+    """The compiled path lists of `tables`, built once per tables object."""
     return _compiled(
         tuple(tables.protected_read) + tuple(tables.extra_protected_read),
         tuple(tables.protected_write) + tuple(tables.extra_protected_write),
