@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from workflow.classify.taxonomy import (
+    CLASS_ORDER,
+    SEVERITY_RANK,
     Category,
     RiskClass,
     Severity,
@@ -68,11 +70,14 @@ class Accumulator:
         if item in self.findings:
             return
         self.findings.append(item)
-        if item.risk is not None:
-            self.risk = strictest_class(self.risk, item.risk)
-        if item.severity is not None:
-            self.severity = strictest_severity(self.severity, item.severity)
-        self.categories |= item.categories
+        # strictest_class / strictest_severity of the two, spelled out: this runs per finding.
+        risk, severity = item.risk, item.severity
+        if risk is not None and CLASS_ORDER[risk] > CLASS_ORDER[self.risk]:
+            self.risk = risk
+        if severity is not None and SEVERITY_RANK[severity] > SEVERITY_RANK[self.severity]:
+            self.severity = severity
+        if item.categories:
+            self.categories |= item.categories
         self.fail_closed = self.fail_closed or item.fail_closed
 
     def extend(self, items: list[Finding] | tuple[Finding, ...]) -> None:

@@ -26,7 +26,7 @@ class RiskClass(StrEnum):
     @property
     def order_key(self) -> tuple[int, int]:
         """Total order used to pick the strictest class; ties on a rung break towards exec."""
-        return (_RUNG[self], _TIE[self])
+        return CLASS_ORDER[self]
 
 
 _RUNG = {
@@ -38,6 +38,9 @@ _RUNG = {
     RiskClass.DESTRUCTIVE: 4,
 }
 _TIE = {c: 1 if c is RiskClass.EXEC else 0 for c in RiskClass}
+#: `RiskClass.order_key` as a plain lookup (no property call), for the classifier's hot loops.
+#: Every class has its own key, so "strictest" never has to break a tie between two classes.
+CLASS_ORDER: dict[RiskClass, tuple[int, int]] = {c: (_RUNG[c], _TIE[c]) for c in RiskClass}
 
 
 class Severity(StrEnum):
@@ -48,10 +51,11 @@ class Severity(StrEnum):
 
     @property
     def rank(self) -> int:
-        return _SEVERITY_RANK[self]
+        return SEVERITY_RANK[self]
 
 
-_SEVERITY_RANK = {s: i for i, s in enumerate(Severity)}
+#: `Severity.rank` as a plain lookup, for the classifier's hot loops.
+SEVERITY_RANK: dict[Severity, int] = {s: i for i, s in enumerate(Severity)}
 
 
 class Category(StrEnum):
@@ -76,11 +80,11 @@ class Capability(StrEnum):
 
 def strictest_class(*classes: RiskClass) -> RiskClass:
     """The strictest of the given classes (max rung); read when none is given."""
-    return max(classes, key=lambda c: c.order_key, default=RiskClass.READ)
+    return max(classes, key=CLASS_ORDER.__getitem__, default=RiskClass.READ)
 
 
 def strictest_severity(*severities: Severity) -> Severity:
-    return max(severities, key=lambda s: s.rank, default=Severity.LOW)
+    return max(severities, key=SEVERITY_RANK.__getitem__, default=Severity.LOW)
 
 
 def parse_capability(value: str) -> Capability | None:
