@@ -149,6 +149,12 @@ def test_read_only_and_destructive_together_fail_closed() -> None:
         ("../../../../../etc/shadow", "/home/agent/proj", "/etc/shadow"),
         ("//etc//passwd", None, "/etc/passwd"),
         ("notes.txt", None, "/home/agent/notes.txt"),
+        ("${HOME}/.netrc", None, "/home/agent/.netrc"),
+        ("$HOME", None, "/home/agent"),
+        ("$HOMEDIR/x", "/w", "/w/$HOMEDIR/x"),
+        ("///etc/shadow", None, "/etc/shadow"),
+        ("  file:///etc/shadow ", None, "/etc/shadow"),
+        ("a", "//srv//x", "/srv/x/a"),
     ],
 )
 def test_paths_are_normalised_lexically(raw: str, cwd: str | None, expected: str) -> None:

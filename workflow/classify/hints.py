@@ -11,11 +11,14 @@ from workflow.classify.findings import Finding, finding
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 from workflow.messages import Hints, ToolDefinition
 
+#: The hints of a tool that declares none. Shared: a frozen model of plain values.
+NO_HINTS = Hints()
+
 
 def hints_of(definition: ToolDefinition | None) -> Hints:
     ann = definition.annotations if definition is not None else None
     if ann is None:
-        return Hints()
+        return NO_HINTS
     return Hints(
         read_only=ann.readOnlyHint,
         destructive=ann.destructiveHint,

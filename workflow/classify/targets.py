@@ -36,7 +36,8 @@ def normalise(raw: str, cwd: str | None, home: str) -> str:
     path = raw.strip()
     if path.startswith("file://"):
         path = path[len("file://") :]
-    path = _HOME_VAR.sub(home, path)
+    if path.startswith("$"):
+        path = _HOME_VAR.sub(home, path)
     if path == "~" or path.startswith("~/"):
         path = home + path[1:]
     elif path.startswith("~"):
@@ -46,7 +47,7 @@ def normalise(raw: str, cwd: str | None, home: str) -> str:
         base = normalise(cwd, None, home) if cwd else home
         path = posixpath.join(base, path)
     path = posixpath.normpath(path)
-    return _MULTI_SLASH.sub("/", path)
+    return _MULTI_SLASH.sub("/", path) if path.startswith("//") else path
 
 
 _ANYWHERE = "(?:.*/)?"
