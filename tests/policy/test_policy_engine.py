@@ -10,6 +10,7 @@ from workflow.classify.taxonomy import RiskClass, Severity
 from workflow.messages import ApprovalRequirement, Decision, ToolDefinition, Verdict
 from workflow.policy.engine import evaluate, recheck
 from workflow.policy.model import Policy, default_policy
+from workflow.policy.requirement import ApprovalSpec
 
 R, EG, EX, W, X, D = (
     RiskClass.READ,
@@ -357,3 +358,37 @@ def test_recheck_denies_when_a_changed_tool_definition_is_denied() -> None:
     result = recheck(proposal(), classified(X, HIGH, known=False), _held(p), p)
     assert result.decision is DENY
     assert "same policy revision" in result.reason
+
+
+# --------------------------------------------------------------------------- cached requirements
+
+
+CLASS_APPROVALS = (
+    '[approval]\nroles = ["lead", "ops"]\nttl = "2h"\n'
+    '[classes.exec]\napproval = { quorum = 2, roles = ["ops"] }\n'
+    '[classes.egress]\napproval = { four_eyes = true, ttl = "5m" }\n'
+)
+
+
+def test_the_cached_class_requirements_are_the_global_requirements() -> None:
+    p = policy(CLASS_APPROVALS)
+    assert p.class_requirements == {risk: p.global_requirement(risk) for risk in RiskClass}
+    assert p.class_requirements[R].roles == ["lead", "ops"]
+    changed = p.model_copy(update={"approval": ApprovalSpec(quorum=3)})
+    assert changed.class_requirements[R] == ApprovalRequirement(quorum=3, ttl_seconds=3600)
+    assert default_policy(ttl_seconds=60).class_requirements[W].ttl_seconds == 60
+
+
+@pytest.mark.parametrize(("risk", "severity"), [(EG, MED), (X, HIGH), (W, MED)])
+def test_a_verdict_never_carries_the_requirement_the_policy_shares(
+    risk: RiskClass, severity: Severity
+) -> None:
+    p = policy(CLASS_APPROVALS)
+    first = evaluate(proposal("t"), classified(risk, severity), p)
+    second = evaluate(proposal("t"), classified(risk, severity), p)
+    assert first.requirement is not None
+    assert second.requirement is not None
+    assert first.requirement == second.requirement == p.global_requirement(risk)
+    assert first.requirement is not p.class_requirements[risk]
+    assert first.requirement.roles is not p.class_requirements[risk].roles
+    assert first.requirement.roles is not second.requirement.roles

@@ -51,8 +51,8 @@ def stricter(a: Decision, b: Decision) -> Decision:
 class _Acc:
     """The running decision and requirement; both only ever tighten."""
 
+    requirement: ApprovalRequirement
     decision: Decision = Decision.ALLOW
-    requirement: ApprovalRequirement = field(default_factory=ApprovalRequirement)
     conflict: str | None = None
     steps: list[TrailStep] = field(default_factory=list)
 
@@ -76,7 +76,6 @@ class _Acc:
 
 def evaluate(proposal: Proposal, classification: Classification, policy: Policy) -> Verdict:
     """Decide one call. Deterministic: the same inputs always give the same verdict."""
-    acc = _Acc()
     tool = proposal.tool
     risk = classification.risk_class
     known = classification.tool_known
@@ -88,8 +87,10 @@ def evaluate(proposal: Proposal, classification: Classification, policy: Policy)
         and known
         and (risk is not RiskClass.DESTRUCTIVE or match.entry.risk_class is RiskClass.DESTRUCTIVE)
     )
-    acc.requirement = policy.global_requirement(
-        risk, match.entry if match is not None and authoritative else None
+    acc = _Acc(
+        requirement=policy.global_requirement(risk, match.entry)
+        if match is not None and authoritative
+        else policy.class_requirements[risk]
     )
 
     _global_steps(acc, proposal, classification, policy, match, authoritative)
@@ -285,7 +286,8 @@ def _finish(acc: _Acc, classification: Classification, policy: Policy) -> Verdic
         if acc.conflict is not None:
             acc.apply("roles", Decision.DENY, acc.conflict + " The call is denied.")
         else:
-            requirement = acc.requirement
+            # Its own copy: acc.requirement may be one the policy shares between calls.
+            requirement = _own_copy(acc.requirement)
             if classification.risk_class is RiskClass.DESTRUCTIVE and requirement.quorum < 2:
                 requirement = requirement.model_copy(update={"quorum": 2})
                 acc.steps.append(
@@ -310,6 +312,10 @@ def _finish(acc: _Acc, classification: Classification, policy: Policy) -> Verdic
         trail=acc.steps,
         policy_revision=policy.revision,
     )
+
+
+def _own_copy(req: ApprovalRequirement) -> ApprovalRequirement:
+    return req.model_copy(update={"roles": list(req.roles)})
 
 
 def recheck(

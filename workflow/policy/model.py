@@ -314,6 +314,15 @@ class Policy(Strict):
             req = entry.approval.apply(req)
         return req
 
+    @cached_property
+    def class_requirements(self) -> dict[RiskClass, ApprovalRequirement]:
+        """`global_requirement(risk)` for every class, built once for the engine's hot path.
+
+        Shared by every call evaluated under this policy: derive new requirements from them,
+        never hand one out (`evaluate` copies the one its verdict carries).
+        """
+        return {risk: self.global_requirement(risk) for risk in RiskClass}
+
     # ------------------------------------------------------------------ tools
 
     def pinned_hash(self, tool: str) -> str | None:
@@ -407,7 +416,7 @@ class Policy(Strict):
         return None
 
 
-_CACHED = ("revision", "fingerprint_index", "merged_tables")
+_CACHED = ("revision", "fingerprint_index", "merged_tables", "class_requirements")
 
 
 def _normalise(value: Any) -> Any:
