@@ -19,6 +19,7 @@ from tree_sitter import Language, Node, Parser, Tree
 
 from workflow.classify import commands
 from workflow.classify.findings import Finding, finding
+from workflow.classify.memo import per_object
 from workflow.classify.rules import env_dump
 from workflow.classify.shellstate import (
     DECODE,
@@ -105,6 +106,8 @@ def _ansi_c(body: str) -> str:
 
 
 def _unescape_word(text: str) -> str:
+    if "\\" not in text:
+        return text  # the common case: nothing to unescape
     out, i = [], 0
     while i < len(text):
         if text[i] == "\\" and i + 1 < len(text):
@@ -447,13 +450,26 @@ def _nested(source: str, label: str, state: ShellState) -> frozenset[str]:
     return analyse_source(source, label, state)
 
 
+@per_object
+def _shell_tables(
+    tables: ClassifierTables,
+) -> tuple[tuple[str, ...], tuple[Template, ...], tuple[Template, ...]]:
+    """The trusted hosts and the compiled command templates, built once per tables object."""
+    return (
+        tuple(tables.trusted_hosts),
+        _templates(tuple(tables.read_command_templates)),
+        _templates(tuple(tables.exec_command_templates)),
+    )
+
+
 def new_state(cwd: str | None, tables: ClassifierTables) -> ShellState:
     rules = path_rules(tables)
+    trusted, read_templates, exec_templates = _shell_tables(tables)
     return ShellState(
         rules=rules,
-        trusted=tuple(tables.trusted_hosts),
-        read_templates=_templates(tuple(tables.read_command_templates)),
-        exec_templates=_templates(tuple(tables.exec_command_templates)),
+        trusted=trusted,
+        read_templates=read_templates,
+        exec_templates=exec_templates,
         cwd=normalise(cwd, None, rules.home) if cwd else None,
         nested=_nested,
     )
