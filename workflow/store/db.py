@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import sqlite3
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -14,6 +18,8 @@ from sqlmodel import SQLModel
 
 from workflow.errors import ConfigError
 from workflow.store import schema
+
+log = logging.getLogger("headgate.store")
 
 # Migrations run in order, each once, recorded in `schema_version`. Version 1 creates the
 # tables as defined in `schema`; a later schema change adds a function here (ALTER …) and
@@ -83,6 +89,9 @@ def sqlite_sync_writer(engine: AsyncEngine) -> Engine | None:
         max_overflow=0,
     )
     event.listen(sync, "connect", _sqlite_pragmas)
+    # Checkpoints are the `WalCheckpointer`'s job, in a worker thread: an automatic one would
+    # run inside a commit on the event loop and stall it (tens of ms when it syncs the file).
+    event.listen(sync, "connect", _no_autocheckpoint)
     return sync
 
 
@@ -96,6 +105,54 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     ):
         cursor.execute(f"PRAGMA {pragma}")
     cursor.close()
+
+
+def _no_autocheckpoint(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.execute("PRAGMA wal_autocheckpoint=0")
+
+
+class WalCheckpointer:
+    """Copies the SQLite write-ahead log back into the database file from a worker thread.
+
+    The writer commits on the event loop with automatic checkpoints off; after a commit,
+    `committed()` starts a PASSIVE checkpoint (it never blocks the writer or readers) when the
+    last one is `interval` seconds old and none is running. The WAL then stays small — its
+    frames are reused once a checkpoint has copied them all — without the loop paying for it.
+    """
+
+    def __init__(self, path: str, interval: float = 1.0):
+        self.path = path
+        self.interval = interval
+        self._last = time.monotonic()
+        self._task: asyncio.Future[None] | None = None
+        self._conn: sqlite3.Connection | None = None
+
+    def committed(self) -> None:
+        if self._task is not None and not self._task.done():
+            return
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            return
+        self._last = now
+        self._task = asyncio.ensure_future(asyncio.to_thread(self._checkpoint))
+        self._task.add_done_callback(_log_failure)
+
+    def _checkpoint(self) -> None:
+        if self._conn is None:
+            self._conn = sqlite3.connect(self.path, timeout=10, check_same_thread=False)
+        self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            await asyncio.wait([self._task])
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _log_failure(task: asyncio.Future[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("SQLite checkpoint failed (%s); the next commit retries", task.exception())
 
 
 async def migrate(engine: AsyncEngine) -> int:

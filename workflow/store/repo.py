@@ -23,7 +23,8 @@ from workflow.approvals import HeldRequest, RequestState
 from workflow.messages import ApprovalRecord, ApprovalRequirement, canonical_json
 from workflow.store import schema
 from workflow.store.audit import AuditEntry, ChainCheck, chain_hash, verify_chain
-from workflow.store.db import create_engine, migrate, sqlite_sync_writer
+from workflow.store.db import WalCheckpointer, create_engine, migrate, sqlite_sync_writer
+from workflow.store.sqlite_rows import SqliteInserts, dbapi
 
 T = TypeVar("T")
 
@@ -99,19 +100,25 @@ class Store:
         # SQLite: write transactions run as one synchronous function (see `_transact`); the
         # async engine keeps serving reads.
         self._sync_writer = sqlite_sync_writer(engine)
-        # Hot statements are built once: building one costs more than executing it (cache key
-        # generation, coercions) for the small batches of a lightly loaded service.
+        self._checkpointer = (
+            WalCheckpointer(str(self._sync_writer.url.database))
+            if self._sync_writer is not None
+            else None
+        )
+        # SQLite: the hot inserts go through the DB-API (see `sqlite_rows`). PostgreSQL: Core
+        # statements built once (building one costs more than executing it for small batches).
+        self._sqlite_inserts = SqliteInserts() if self.dialect == "sqlite" else None
         self._stmt_insert_proposals = (
             self._insert(PROPOSALS)
             .on_conflict_do_nothing(index_elements=["id"])
             .returning(PROPOSALS.c.id)
         )
-        self._stmt_insert_outbox = self._insert(OUTBOX).on_conflict_do_nothing(
-            index_elements=["msg_id"]
-        )
-        self._stmt_insert_requests = REQUESTS.insert()
-        self._stmt_insert_outcomes = OUTCOMES.insert()
-        self._stmt_insert_audit = AUDIT.insert()
+        self._stmt_insert: dict[str, Any] = {
+            OUTBOX.name: self._insert(OUTBOX).on_conflict_do_nothing(index_elements=["msg_id"]),
+            REQUESTS.name: REQUESTS.insert(),
+            OUTCOMES.name: OUTCOMES.insert(),
+            AUDIT.name: AUDIT.insert(),
+        }
         self._stmt_audit_head = (
             select(AUDIT_HEAD.c.seq, AUDIT_HEAD.c.hash)
             .where(AUDIT_HEAD.c.id == 1)
@@ -126,11 +133,22 @@ class Store:
         return store
 
     async def close(self) -> None:
+        if self._checkpointer is not None:
+            await self._checkpointer.close()
         if self._sync_writer is not None:
             self._sync_writer.dispose()
         await self.engine.dispose()
 
     # ------------------------------------------------------------------ plumbing
+    def _insert_rows(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert rows built by the store (the outbox ignores a msg id it already holds)."""
+        if not rows:
+            return
+        if self._sqlite_inserts is not None:
+            self._sqlite_inserts.run(conn, table, rows, or_ignore=table is OUTBOX)
+        else:
+            conn.execute(self._stmt_insert[table.name], rows)
+
     def _insert(self, table: Table) -> Any:
         module = postgresql if self.dialect == "postgresql" else sqlite
         return module.insert(table)
@@ -160,7 +178,10 @@ class Store:
                 return await conn.run_sync(body)
         async with self._write_lock:
             with writer.begin() as conn:
-                return body(conn)
+                result = body(conn)
+        if self._checkpointer is not None:
+            self._checkpointer.committed()
+        return result
 
     async def ping(self) -> None:
         async with self.engine.connect() as conn:
@@ -171,8 +192,11 @@ class Store:
     ) -> None:
         if not entries:
             return
-        head = conn.execute(self._stmt_audit_head).one()
-        seq, prev = int(head.seq), str(head.hash)
+        if self._sqlite_inserts is not None:  # the write lock already serialises appends
+            head = dbapi(conn).execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
+        else:  # replicas append concurrently: lock the head row
+            head = conn.execute(self._stmt_audit_head).one()
+        seq, prev = int(head[0]), str(head[1])
         at = now.isoformat()
         rows = []
         for entry in entries:
@@ -195,15 +219,19 @@ class Store:
                 }
             )
             prev = digest
-        conn.execute(self._stmt_insert_audit, rows)
-        conn.execute(self._stmt_move_head, {"seq": seq, "hash": prev})
+        self._insert_rows(conn, AUDIT, rows)
+        if self._sqlite_inserts is not None:
+            dbapi(conn).execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (seq, prev))
+        else:
+            conn.execute(self._stmt_move_head, {"seq": seq, "hash": prev})
 
     def _insert_events_sync(
         self, conn: Connection, events: Sequence[OutboxEvent], now: datetime
     ) -> None:
         if events:
-            conn.execute(
-                self._stmt_insert_outbox,
+            self._insert_rows(
+                conn,
+                OUTBOX,
                 [
                     {
                         "msg_id": e.msg_id,
@@ -231,38 +259,58 @@ class Store:
     def _record_intake(
         self, conn: Connection, unique: dict[str, IntakeRecord], now: datetime
     ) -> IntakeResult:
-        # executemany ("insertmanyvalues") with RETURNING: one cached statement for every
-        # batch size; a multi-row VALUES list of a new length would be compiled anew.
-        inserted = conn.execute(
-            self._stmt_insert_proposals,
-            [r.proposal for r in unique.values()],
-        )
-        new = {row[0] for row in inserted}
+        ids = list(unique)
+        if self._sqlite_inserts is not None:
+            # Under the write lock nothing else inserts: look up, then insert what is new.
+            existing: dict[str, str] = {}
+            raw = dbapi(conn)
+            for i in range(0, len(ids), 500):
+                chunk = tuple(ids[i : i + 500])
+                marks = ", ".join("?" * len(chunk))
+                found = raw.execute(
+                    f"SELECT id, digest FROM proposals WHERE id IN ({marks})", chunk
+                )
+                existing.update(found.fetchall())
+            new = {i for i in ids if i not in existing}
+            self._insert_rows(conn, PROPOSALS, [unique[i].proposal for i in ids if i in new])
+        else:
+            # executemany ("insertmanyvalues") with RETURNING: one cached statement for every
+            # batch size; ON CONFLICT because another replica may insert the same id.
+            inserted = conn.execute(
+                self._stmt_insert_proposals, [r.proposal for r in unique.values()]
+            )
+            new = {row[0] for row in inserted}
+            others = [i for i in ids if i not in new]
+            existing = {}
+            if others:
+                rows = conn.execute(
+                    select(PROPOSALS.c.id, PROPOSALS.c.digest).where(PROPOSALS.c.id.in_(others))
+                )
+                existing = {row.id: row.digest for row in rows}
         fresh = [r for r in unique.values() if r.id in new]
-        requests = [r.request for r in fresh if r.request is not None]
-        outcomes = [r.outcome for r in fresh if r.outcome is not None]
-        if requests:
-            conn.execute(self._stmt_insert_requests, requests)
-        if outcomes:
-            conn.execute(self._stmt_insert_outcomes, outcomes)
+        self._insert_rows(conn, REQUESTS, [r.request for r in fresh if r.request is not None])
+        self._insert_rows(conn, OUTCOMES, [r.outcome for r in fresh if r.outcome is not None])
         self._insert_events_sync(conn, [e for r in fresh for e in r.events], now)
         self._append_audit_sync(conn, [a for r in fresh for a in r.audit], now)
-        existing: dict[str, str] = {}
-        others = [i for i in unique if i not in new]
-        if others:
-            rows = conn.execute(
-                select(PROPOSALS.c.id, PROPOSALS.c.digest).where(PROPOSALS.c.id.in_(others))
-            )
-            existing = {row.id: row.digest for row in rows}
         return IntakeResult(new=new, existing_digests=existing)
 
     # ------------------------------------------------------------------ outbox
     async def mark_published(self, msg_ids: Iterable[str]) -> None:
         ids = list(msg_ids)
-        if not ids:
-            return
-        statement = update(OUTBOX).where(OUTBOX.c.msg_id.in_(ids)).values(published=True)
-        await self._transact(lambda conn: conn.execute(statement))
+
+        def body(conn: Connection) -> None:
+            for i in range(0, len(ids), 500):
+                chunk = ids[i : i + 500]
+                if self._sqlite_inserts is not None:
+                    marks = ", ".join("?" * len(chunk))
+                    sql = f"UPDATE outbox SET published = 1 WHERE msg_id IN ({marks})"
+                    dbapi(conn).execute(sql, chunk)
+                else:
+                    statement = update(OUTBOX).where(OUTBOX.c.msg_id.in_(chunk))
+                    conn.execute(statement.values(published=True))
+
+        if ids:
+            await self._transact(body)
 
     async def events_for(self, proposal_ids: Iterable[str]) -> list[OutboxEvent]:
         ids = list(proposal_ids)

@@ -1,0 +1,104 @@
+"""Batch inserts for the SQLite writer, straight through the DB-API.
+
+SQLAlchemy Core spends more per row than SQLite itself on the service's hot inserts (building
+parameters, running a bind processor per value: measured ≈ 30 µs of the ≈ 100 µs a read's
+rows cost, and ≈ 25 µs per statement executed). Here each insert is compiled once per table
+and column set and executed as one DB-API `executemany` over tuples on the connection's
+sqlite3 connection, inside the same SQLAlchemy transaction. Values are stored
+exactly as SQLAlchemy would store them (the tests read them back through the async engine),
+so reads and every other write keep using Core. PostgreSQL keeps Core everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Boolean, Connection, Table
+
+from workflow.store.schema import UTCDateTime
+
+Converter = Callable[[Any], Any]
+
+
+def sqlite_datetime(value: datetime | None) -> str | None:
+    """The text SQLAlchemy's SQLite DATETIME stores for a `UTCDateTime` value (UTC, naive)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        raise ValueError("naive datetime given to a UTC column")
+    v = value.astimezone(UTC)
+    return (
+        f"{v.year:04d}-{v.month:02d}-{v.day:02d} "
+        f"{v.hour:02d}:{v.minute:02d}:{v.second:02d}.{v.microsecond:06d}"
+    )
+
+
+def _sqlite_bool(value: bool | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _converter(table: Table, column: str) -> Converter | None:
+    kind = table.c[column].type
+    if isinstance(kind, UTCDateTime):
+        return sqlite_datetime
+    if isinstance(kind, Boolean):
+        return _sqlite_bool
+    return None
+
+
+def dbapi(conn: Connection) -> Any:
+    """The sqlite3 connection under a SQLAlchemy connection (in its current transaction)."""
+    return conn.connection.driver_connection
+
+
+class PreparedInsert:
+    """`INSERT [OR IGNORE] INTO table (columns) VALUES (?, …)` with per-column conversions."""
+
+    def __init__(self, table: Table, columns: Sequence[str], *, or_ignore: bool = False):
+        unknown = [c for c in columns if c not in table.c]
+        if unknown:
+            raise KeyError(f"{table.name} has no column {unknown[0]!r}")
+        self.columns = tuple(columns)
+        verb = "INSERT OR IGNORE" if or_ignore else "INSERT"
+        self.sql = (
+            f"{verb} INTO {table.name} ({', '.join(self.columns)}) "
+            f"VALUES ({', '.join('?' * len(self.columns))})"
+        )
+        self._converters = [(i, f) for i, c in enumerate(columns) if (f := _converter(table, c))]
+
+    def params(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
+        values = [row[c] for c in self.columns]
+        for i, convert in self._converters:
+            values[i] = convert(values[i])
+        return tuple(values)
+
+    def run(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            dbapi(conn).executemany(self.sql, [self.params(r) for r in rows])
+
+
+class SqliteInserts:
+    """Prepared inserts by table, column set and conflict handling, built on first use."""
+
+    def __init__(self) -> None:
+        self._prepared: dict[tuple[str, tuple[str, ...], bool], PreparedInsert] = {}
+
+    def run(
+        self,
+        conn: Connection,
+        table: Table,
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        or_ignore: bool = False,
+    ) -> None:
+        """Insert `rows` (dicts with the same keys, as the store builds them)."""
+        if not rows:
+            return
+        columns = tuple(rows[0])
+        key = (table.name, columns, or_ignore)
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            prepared = self._prepared[key] = PreparedInsert(table, columns, or_ignore=or_ignore)
+        prepared.run(conn, rows)
