@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import gc
 import getpass
 import logging
 import os
@@ -252,6 +253,10 @@ class Service:
         if s.metrics_port is not None:
             self.health = HealthServer(ctx.metrics, self.readiness, port=s.metrics_port)
             await self.health.start()
+        # What is alive now (modules, policy, classifier tables, parsers, schemas) lives as
+        # long as the service: keep it out of the collector's full passes, which otherwise
+        # scan it all and paused the loop for 65–75 ms every few seconds under load.
+        gc.freeze()
         self.ready = True
         log.info(
             "headgate ready: %d stages, database %s, policy %s (revision %s)",

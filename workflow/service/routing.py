@@ -143,6 +143,7 @@ def route(
             "payload": payload,
             "classification": classification_json,
             "verdict": verdict_json,
+            "trace": json.dumps(trace) if trace else None,
             "received_at": now,
         }
     )
@@ -258,7 +259,6 @@ def route(
             )
         )
     if trace:
-        record.proposal["trace"] = json.dumps(trace)
         record.events = [replace(e, headers=trace) for e in record.events]
     return record
 
