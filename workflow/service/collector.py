@@ -1,15 +1,18 @@
 """The decision collector: verify → authorise → apply the approval state machine → commit.
 
-Decisions are few and each one changes one request, so they are applied one at a time with an
-optimistic version check: two approvals racing from two replicas cannot both count, and the one
-that loses simply re-reads the request and applies again.
+Each decision changes one request, so the decisions of a batch are applied one at a time, each
+in its own transaction with an optimistic version check: two approvals racing from two replicas
+cannot both count, and the one that loses simply re-reads the request and applies again. The
+events they cause are published as each commits; the batch then waits once for JetStream to
+confirm them all and acks each decision whose events are stored.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 
 from nats.aio.msg import Msg
@@ -40,11 +43,11 @@ from workflow.policy.engine import recheck
 from workflow.policy.model import Policy
 from workflow.service.context import ServiceContext
 from workflow.service.routing import OUTCOME_OF, SERVICE_ACTOR, closing_effects
-from workflow.service.runner import settle_failure
+from workflow.service.runner import PublishedMarker, Sent, send_events, settle_failure
 from workflow.service.tracing import span_headers
 from workflow.signing import verify_raw
 from workflow.store.audit import AuditEntry
-from workflow.store.repo import ConcurrentUpdate, StepWrite
+from workflow.store.repo import ConcurrentUpdate, OutboxEvent, StepWrite
 
 log = logging.getLogger("headgate.collector")
 STAGE = "collector"
@@ -71,39 +74,63 @@ def _satisfies(
     return len(counted) >= requirement.approvals_needed
 
 
+Apply = Callable[[Msg], Awaitable[list[OutboxEvent]]]
+
+
 class Collector:
     def __init__(self, ctx: ServiceContext):
         self.ctx = ctx
+        self.marker = PublishedMarker(ctx.store.mark_published)
+
+    async def flush(self) -> None:
+        """Finish marking published events (PullStage calls this when it stops)."""
+        await self.marker.flush()
 
     async def __call__(self, msgs: Sequence[Msg]) -> None:
-        for msg in msgs:
+        sent: list[tuple[Msg, Sent]] = []
+        for i, msg in enumerate(msgs):
+            if i:
+                # On SQLite a decision's reads and commit never suspend: let the intake's
+                # batches in between decisions, not after the whole batch of them.
+                await asyncio.sleep(0)
             try:
                 if self.ctx.subjects.token_after(msg.subject, "cancel") is not None:
-                    await self._with_retries(self._cancel, msg)
+                    events = await self._with_retries(self._cancel, msg)
                 else:
-                    await self._with_retries(self._decision, msg)
-                await msg.ack()
+                    events = await self._with_retries(self._decision, msg)
+                sent.append((msg, await send_events(self.ctx.js, events)))
             except Permanent as exc:
                 await self.ctx.dead(STAGE, msg, str(exc))
             except Exception as exc:
-                token = self.ctx.subjects.token_after(msg.subject, "decisions")
-                log.warning(
-                    "collector: %s failed (%s); will retry",
-                    msg.subject,
-                    exc,
-                    extra={"request_id": token, "stage": STAGE},
-                )
-                await settle_failure(msg, str(exc), self._dead, self.ctx.retry)
+                await self._failed(msg, str(exc))
+        for msg, published in sent:
+            try:
+                ids = await published.confirmed()
+            except Exception as exc:
+                # Committed: the redelivered decision is recognised and re-publishes its events.
+                await self._failed(msg, f"publishing its events failed: {exc!r}")
+                continue
+            await msg.ack()
+            self.marker.add(ids)
+
+    async def _failed(self, msg: Msg, error: str) -> None:
+        token = self.ctx.subjects.token_after(msg.subject, "decisions")
+        log.warning(
+            "collector: %s failed (%s); will retry",
+            msg.subject,
+            error,
+            extra={"request_id": token, "stage": STAGE},
+        )
+        await settle_failure(msg, error, self._dead, self.ctx.retry)
 
     async def _dead(self, msg: Msg, error: str) -> None:
         await self.ctx.dead(STAGE, msg, error)
 
-    async def _with_retries(self, fn: object, msg: Msg) -> None:
-        assert callable(fn)
+    async def _with_retries(self, fn: Apply, msg: Msg) -> list[OutboxEvent]:
+        """Apply `msg`; returns the events to publish (committed with the change)."""
         for _ in range(MAX_RACES):
             try:
-                await fn(msg)
-                return
+                return await fn(msg)
             except ConcurrentUpdate:
                 continue
         raise RuntimeError(f"request changed {MAX_RACES} times while applying {msg.subject}")
@@ -123,7 +150,7 @@ class Collector:
         )
 
     # ------------------------------------------------------------------ decisions
-    async def _decision(self, msg: Msg) -> None:
+    async def _decision(self, msg: Msg) -> list[OutboxEvent]:
         ctx = self.ctx
         try:
             raw = json.loads(msg.data)
@@ -141,19 +168,18 @@ class Collector:
             await self._refuse_unapplied(
                 decision, f"The decision for {decision.request_id} arrived on {msg.subject}."
             )
-            return
+            return []
         loaded = await ctx.store.load_request(decision.request_id)
         if loaded is None:
             await self._refuse_unapplied(
                 decision, f"There is no approval request {decision.request_id}."
             )
-            return
+            return []
         held, version = loaded
         seen, signature = await ctx.store.nonce_signature(decision.nonce)
         if seen and signature == decision.signature and decision.signature is not None:
             # This very decision was applied before (a redelivery): re-publish what it caused.
-            await ctx.publish(await ctx.store.events_for([held.proposal_id]))
-            return
+            return await ctx.store.events_for([held.proposal_id])
         check = DecisionCheck(
             signature_valid=verify_raw(raw),
             approver=ctx.policy.approver_by_key(decision.key) if decision.key else None,
@@ -203,7 +229,7 @@ class Collector:
         if not await ctx.store.commit_step(write, now):
             # The nonce was recorded by someone else in between: this copy is a replay.
             await self._refuse_unapplied(decision, f"The nonce {decision.nonce} was already used.")
-            return
+            return []
         if step.accepted:
             ctx.metrics.decisions.labels(decision.verdict).inc()
         else:
@@ -221,7 +247,7 @@ class Collector:
             },
         )
         self._count_outcome(held, write, now)
-        await ctx.publish(write.events)
+        return write.events
 
     async def _close(self, held: HeldRequest, step: Step, write: StepWrite) -> None:
         """Add the terminal outcome of a request to the write. Re-checks policy at release."""
@@ -302,7 +328,7 @@ class Collector:
         ctx.metrics.refused.labels("unknown_request").inc()
 
     # ------------------------------------------------------------------ cancellation
-    async def _cancel(self, msg: Msg) -> None:
+    async def _cancel(self, msg: Msg) -> list[OutboxEvent]:
         ctx = self.ctx
         try:
             request = Cancel.model_validate_json(msg.data)
@@ -321,7 +347,7 @@ class Collector:
                 [AuditEntry("cancel.refused", agent or "?", {"message": why}, request.proposal_id)],
                 now,
             )
-            return
+            return []
         held, version = loaded
         step = cancel(held, agent=agent, reason=request.reason)
         write = StepWrite(
@@ -342,7 +368,7 @@ class Collector:
             await self._close(held, step, write)
         await ctx.store.commit_step(write, now)
         self._count_outcome(held, write, now)
-        await ctx.publish(write.events)
+        return write.events
 
     def _count_outcome(self, held: HeldRequest, write: StepWrite, now: datetime) -> None:
         if write.outcome is None:

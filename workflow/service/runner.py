@@ -75,10 +75,23 @@ class RetryPolicy:
 DEFAULT_RETRY = RetryPolicy()
 
 
-async def publish_events(js: JetStreamContext, events: Iterable[OutboxEvent]) -> list[str]:
-    """Publish pipelined with `Nats-Msg-Id`; wait for every PubAck. Returns the msg ids."""
-    futures: list[asyncio.Future[PubAck]] = []
-    ids: list[str] = []
+@dataclass(slots=True)
+class Sent:
+    """Events handed to JetStream whose PubAcks have not been awaited yet."""
+
+    ids: list[str]
+    futures: list[asyncio.Future[PubAck]]
+
+    async def confirmed(self) -> list[str]:
+        """Wait until JetStream has stored every event; returns their msg ids."""
+        if self.futures:
+            await asyncio.wait_for(asyncio.gather(*self.futures), PUBLISH_TIMEOUT)
+        return self.ids
+
+
+async def send_events(js: JetStreamContext, events: Iterable[OutboxEvent]) -> Sent:
+    """Publish pipelined with `Nats-Msg-Id`, without waiting for the PubAcks."""
+    sent = Sent([], [])
     for event in events:
         headers = (
             {**event.headers, "Nats-Msg-Id": event.msg_id}
@@ -86,11 +99,14 @@ async def publish_events(js: JetStreamContext, events: Iterable[OutboxEvent]) ->
             else {"Nats-Msg-Id": event.msg_id}
         )
         fut = await js.publish_async(event.subject, event.payload.encode(), headers=headers)
-        futures.append(fut)
-        ids.append(event.msg_id)
-    if futures:
-        await asyncio.wait_for(asyncio.gather(*futures), PUBLISH_TIMEOUT)
-    return ids
+        sent.futures.append(fut)
+        sent.ids.append(event.msg_id)
+    return sent
+
+
+async def publish_events(js: JetStreamContext, events: Iterable[OutboxEvent]) -> list[str]:
+    """Publish pipelined with `Nats-Msg-Id`; wait for every PubAck. Returns the msg ids."""
+    return await (await send_events(js, events)).confirmed()
 
 
 def dead_letter_event(subjects: Subjects, stage: str, msg: Msg, error: str) -> OutboxEvent:

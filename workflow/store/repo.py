@@ -183,6 +183,21 @@ class Store:
             self._checkpointer.committed()
         return result
 
+    async def _read(self, body: Callable[[Connection], T]) -> T:
+        """Run `body` as a read.
+
+        SQLite: synchronously on the writer's connection — an indexed lookup costs less than
+        the hop to aiosqlite's thread and back (≈ 0.2 ms, several per decision). Nothing else
+        uses that connection meanwhile: writes are synchronous too. PostgreSQL: `run_sync` on
+        a pooled connection.
+        """
+        writer = self._sync_writer
+        if writer is not None:
+            with writer.connect() as conn:
+                return body(conn)
+        async with self.engine.connect() as conn:
+            return await conn.run_sync(body)
+
     async def ping(self) -> None:
         async with self.engine.connect() as conn:
             await conn.execute(select(1))
@@ -316,11 +331,8 @@ class Store:
         ids = list(proposal_ids)
         if not ids:
             return []
-        async with self.engine.connect() as conn:
-            rows = await conn.execute(
-                select(OUTBOX).where(OUTBOX.c.proposal_id.in_(ids)).order_by(OUTBOX.c.created_at)
-            )
-            return [_event(r) for r in rows]
+        query = select(OUTBOX).where(OUTBOX.c.proposal_id.in_(ids)).order_by(OUTBOX.c.created_at)
+        return await self._read(lambda conn: [_event(r) for r in conn.execute(query)])
 
     async def unpublished(self, older_than: datetime, limit: int = 500) -> list[OutboxEvent]:
         async with self.engine.connect() as conn:
@@ -335,46 +347,23 @@ class Store:
     # ------------------------------------------------------------------ requests
     async def load_request(self, ident: str) -> tuple[HeldRequest, int] | None:
         """A request by request id or proposal id, with its approvals and version."""
-        async with self.engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    select(REQUESTS).where(
-                        (REQUESTS.c.request_id == ident) | (REQUESTS.c.proposal_id == ident)
-                    )
-                )
-            ).first()
+        query = select(REQUESTS).where(
+            (REQUESTS.c.request_id == ident) | (REQUESTS.c.proposal_id == ident)
+        )
+
+        def body(conn: Connection) -> tuple[HeldRequest, int] | None:
+            row = conn.execute(query).first()
             if row is None:
                 return None
-            approvals = await self._approvals(conn, [row.request_id])
-        return _held(row, approvals.get(row.request_id, ())), int(row.version)
+            approvals = _approvals(conn, [row.request_id])
+            return _held(row, approvals.get(row.request_id, ())), int(row.version)
 
-    async def _approvals(
-        self, conn: AsyncConnection, request_ids: Sequence[str]
-    ) -> dict[str, tuple[ApprovalRecord, ...]]:
-        rows = await conn.execute(
-            select(DECISIONS.c.request_id, DECISIONS.c.record)
-            .where(
-                DECISIONS.c.request_id.in_(request_ids),
-                DECISIONS.c.accepted.is_(True),
-                DECISIONS.c.verdict == "approve",
-            )
-            .order_by(DECISIONS.c.received_at)
-        )
-        out: dict[str, list[ApprovalRecord]] = {}
-        for r in rows:
-            out.setdefault(r.request_id, []).append(ApprovalRecord.model_validate_json(r.record))
-        return {k: tuple(v) for k, v in out.items()}
+        return await self._read(body)
 
     async def nonce_signature(self, nonce: str) -> tuple[bool, str | None]:
         """Whether a decision with this nonce was recorded, and the signature it carried."""
-        async with self.engine.connect() as conn:
-            found = (
-                await conn.execute(
-                    select(DECISIONS.c.nonce, DECISIONS.c.signature).where(
-                        DECISIONS.c.nonce == nonce
-                    )
-                )
-            ).first()
+        query = select(DECISIONS.c.signature).where(DECISIONS.c.nonce == nonce)
+        found = await self._read(lambda conn: conn.execute(query).first())
         return (found is not None, found.signature if found is not None else None)
 
     async def decision_status(self, nonce: str) -> Any | None:
@@ -383,17 +372,10 @@ class Store:
 
     async def proposal_parts(self, proposal_id: str) -> tuple[str, str, str, dict[str, str]] | None:
         """The stored proposal, classification and verdict JSON, and its trace context."""
-        async with self.engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    select(
-                        PROPOSALS.c.payload,
-                        PROPOSALS.c.classification,
-                        PROPOSALS.c.verdict,
-                        PROPOSALS.c.trace,
-                    ).where(PROPOSALS.c.id == proposal_id)
-                )
-            ).first()
+        query = select(
+            PROPOSALS.c.payload, PROPOSALS.c.classification, PROPOSALS.c.verdict, PROPOSALS.c.trace
+        ).where(PROPOSALS.c.id == proposal_id)
+        row = await self._read(lambda conn: conn.execute(query).first())
         if row is None:
             return None
         trace = json.loads(row.trace) if row.trace else {}
@@ -407,17 +389,19 @@ class Store:
             return found.first() is not None
 
     async def due_requests(self, now: datetime, limit: int = 200) -> list[tuple[HeldRequest, int]]:
-        async with self.engine.connect() as conn:
-            rows = (
-                await conn.execute(
-                    select(REQUESTS)
-                    .where(REQUESTS.c.state == "pending", REQUESTS.c.expires_at <= now)
-                    .order_by(REQUESTS.c.expires_at)
-                    .limit(limit)
-                )
-            ).all()
-            approvals = await self._approvals(conn, [r.request_id for r in rows]) if rows else {}
-        return [(_held(r, approvals.get(r.request_id, ())), int(r.version)) for r in rows]
+        query = (
+            select(REQUESTS)
+            .where(REQUESTS.c.state == "pending", REQUESTS.c.expires_at <= now)
+            .order_by(REQUESTS.c.expires_at)
+            .limit(limit)
+        )
+
+        def body(conn: Connection) -> list[tuple[HeldRequest, int]]:
+            rows = conn.execute(query).all()
+            approvals = _approvals(conn, [r.request_id for r in rows]) if rows else {}
+            return [(_held(r, approvals.get(r.request_id, ())), int(r.version)) for r in rows]
+
+        return await self._read(body)
 
     async def commit_step(self, write: StepWrite, now: datetime) -> bool:
         """Apply one step atomically. False when the nonce was already used (a replay race).
@@ -496,10 +480,13 @@ class Store:
             query = query.where(REQUESTS.c.workspace == workspace)
         if agent:
             query = query.where(REQUESTS.c.agent == agent)
-        async with self.engine.connect() as conn:
-            rows = (await conn.execute(query)).all()
-            approvals = await self._approvals(conn, [r.request_id for r in rows]) if rows else {}
-        return [(r, approvals.get(r.request_id, ())) for r in rows]
+
+        def body(conn: Connection) -> list[tuple[Any, tuple[ApprovalRecord, ...]]]:
+            rows = conn.execute(query).all()
+            approvals = _approvals(conn, [r.request_id for r in rows]) if rows else {}
+            return [(r, approvals.get(r.request_id, ())) for r in rows]
+
+        return await self._read(body)
 
     async def pending_count(self) -> int:
         async with self.engine.connect() as conn:
@@ -599,6 +586,25 @@ class Store:
                 "removed from the end.",
             )
         return ChainCheck(True, checked)
+
+
+def _approvals(
+    conn: Connection, request_ids: Sequence[str]
+) -> dict[str, tuple[ApprovalRecord, ...]]:
+    """The accepted approvals of each request, in the order they arrived."""
+    rows = conn.execute(
+        select(DECISIONS.c.request_id, DECISIONS.c.record)
+        .where(
+            DECISIONS.c.request_id.in_(request_ids),
+            DECISIONS.c.accepted.is_(True),
+            DECISIONS.c.verdict == "approve",
+        )
+        .order_by(DECISIONS.c.received_at)
+    )
+    out: dict[str, list[ApprovalRecord]] = {}
+    for r in rows:
+        out.setdefault(r.request_id, []).append(ApprovalRecord.model_validate_json(r.record))
+    return {k: tuple(v) for k, v in out.items()}
 
 
 def _event(row: Any) -> OutboxEvent:
