@@ -53,9 +53,50 @@ def served(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
         yield tmp_path, proc
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            proc.terminate()  # as an operator stops it: the embedded nats-server stops too
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         log.close()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux")
+def test_the_embedded_nats_server_dies_with_a_killed_serve(
+    served: tuple[Path, subprocess.Popen[str]],
+) -> None:
+    _, proc = served
+    servers = [
+        p for p in _children(proc.pid) if "nats-server" in Path(f"/proc/{p}/cmdline").read_text()
+    ]
+    assert len(servers) == 1
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while _alive(servers[0]):
+        assert time.monotonic() < deadline, "nats-server outlived the killed headgate serve"
+        time.sleep(0.05)
 
 
 def test_quick_start_commands_work_from_the_serve_directory(

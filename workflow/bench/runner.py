@@ -196,7 +196,7 @@ async def start_rig(config: BenchConfig, reporter: Reporter) -> Rig:
             url = config.nats_url
         else:
             embedded = EmbeddedNats(store_dir=tmp / "nats")
-            url = await asyncio.to_thread(embedded.start)
+            url = embedded.start()  # on the main thread: the server dies with it
             reporter.say(f"nats-server with JetStream on {url} (store {tmp / 'nats'})")
         data_dir = tmp / "service"
         service = start_service(

@@ -207,7 +207,8 @@ class Service:
             self.url = s.nats_url
         else:
             self.embedded = EmbeddedNats(store_dir=s.data_dir / "nats")
-            self.url = await asyncio.to_thread(self.embedded.start)
+            # On this (the main) thread: the server is tied to the thread that starts it.
+            self.url = self.embedded.start()
             (s.data_dir / URL_FILE).write_text(self.url + "\n")
             log.info("embedded nats-server with JetStream listening on %s", self.url)
         try:

