@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select, text, update
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from workflow.classify.engine import classify
 from workflow.messages import Proposal
@@ -17,8 +18,9 @@ from workflow.policy.engine import evaluate
 from workflow.policy.model import default_policy
 from workflow.service.routing import route
 from workflow.store.audit import AuditEntry
-from workflow.store.db import MIGRATIONS, migrate
+from workflow.store.db import MIGRATIONS, create_engine, migrate
 from workflow.store.repo import AUDIT, ConcurrentUpdate, IntakeRecord, StepWrite, Store
+from workflow.store.schema import SchemaVersionRow
 from workflow.subjects import Subjects
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -41,6 +43,37 @@ def record(pid: str, tool: str = "write_file", path: str = "a.txt") -> IntakeRec
     return route(
         SUBJECTS, proposal, proposal.model_dump_json(), c, evaluate(proposal, c, policy), NOW
     )
+
+
+async def test_migration_2_drops_the_indexes_no_query_reads(database_url: str) -> None:
+    # A database at version 1 as it was created before: with the three write-only indexes.
+    engine = create_engine(database_url)
+    unused = {"ix_proposals_agent", "ix_proposals_status", "ix_audit_kind"}
+    async with engine.begin() as conn:
+        await conn.run_sync(lambda c: SchemaVersionRow.__table__.create(c))  # type: ignore[attr-defined]
+        await conn.run_sync(MIGRATIONS[0])
+        await conn.execute(
+            text("INSERT INTO schema_version (version, applied_at) VALUES (1, :at)"), {"at": NOW}
+        )
+        await conn.execute(text("CREATE INDEX ix_proposals_agent ON proposals (agent)"))
+        await conn.execute(text("CREATE INDEX ix_proposals_status ON proposals (status)"))
+        await conn.execute(text("CREATE INDEX ix_audit_kind ON audit (kind)"))
+    assert unused <= await _indexes(engine)
+    assert await migrate(engine) == len(MIGRATIONS)
+    left = await _indexes(engine)
+    assert not unused & left
+    assert {"ix_audit_proposal_id", "ix_outbox_unpublished"} <= left  # the ones queries use
+    await engine.dispose()
+
+
+async def _indexes(engine: AsyncEngine) -> set[str]:
+    query = (
+        "SELECT name FROM sqlite_master WHERE type = 'index'"
+        if engine.dialect.name == "sqlite"
+        else "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
+    )
+    async with engine.connect() as conn:
+        return set((await conn.execute(text(query))).scalars())
 
 
 async def test_migrations_run_once_and_are_recorded(store: Store) -> None:

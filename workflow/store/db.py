@@ -22,8 +22,10 @@ from workflow.store import schema
 log = logging.getLogger("headgate.store")
 
 # Migrations run in order, each once, recorded in `schema_version`. Version 1 creates the
-# tables as defined in `schema`; a later schema change adds a function here (ALTER …) and
-# never edits an applied one.
+# tables as `schema` defines them now, so a database created today has every later change
+# already: a later migration brings an older database to the same shape and must be a no-op
+# on a new one (DROP … IF EXISTS, a column added only when missing). Applied migrations are
+# never edited.
 _V1_TABLES = [
     schema.ProposalRow,
     schema.RequestRow,
@@ -41,7 +43,14 @@ def _v1(conn: Connection) -> None:
     conn.execute(schema.AuditHeadRow.__table__.insert().values(id=1, seq=0, hash="0" * 64))  # type: ignore[attr-defined]
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1]
+def _v2(conn: Connection) -> None:
+    # Indexes no query reads, kept up to date by every intake transaction (on SQLite each is
+    # one more page written to the WAL per commit). Databases created now never had them.
+    for index in ("ix_proposals_agent", "ix_proposals_status", "ix_audit_kind"):
+        conn.execute(text(f"DROP INDEX IF EXISTS {index}"))
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2]
 
 
 def create_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:

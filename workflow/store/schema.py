@@ -44,14 +44,14 @@ class ProposalRow(SQLModel, table=True):
     __tablename__ = "proposals"
 
     id: str = Field(primary_key=True, max_length=200)
-    agent: str = Field(index=True, max_length=128)
+    agent: str = Field(max_length=128)
     workspace: str = Field(max_length=128)
     tool: str = Field(max_length=200)
     digest: str = Field(max_length=64)
     risk_class: str = Field(max_length=32)
     severity: str = Field(max_length=16)
     decision: str = Field(max_length=32)
-    status: str = Field(index=True, max_length=16)
+    status: str = Field(max_length=16)
     payload: str
     classification: str
     verdict: str
@@ -147,7 +147,7 @@ class AuditRow(SQLModel, table=True):
 
     seq: int = Field(primary_key=True)
     at: str = Field(max_length=40)
-    kind: str = Field(index=True, max_length=40)
+    kind: str = Field(max_length=40)
     proposal_id: str | None = Field(default=None, index=True, max_length=200)
     request_id: str | None = Field(default=None, max_length=128)
     actor: str = Field(max_length=200)
