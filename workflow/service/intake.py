@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from datetime import datetime
 
 import httpx
 from nats.aio.msg import Msg
@@ -63,7 +64,9 @@ class Intake:
         tables = ctx.policy.tables_for(proposal.tool, proposal.tool_definition)
         return proposal, classify(proposal, tables)
 
-    def _route(self, msg: Msg, proposal: Proposal, classification: Classification) -> IntakeRecord:
+    def _route(
+        self, msg: Msg, proposal: Proposal, classification: Classification, now: datetime
+    ) -> IntakeRecord:
         ctx = self.ctx
         policy = ctx.policy
         definition = proposal.tool_definition
@@ -74,7 +77,7 @@ class Intake:
                 "headgate.intake", trace, proposal_id=proposal.id, decision=verdict.decision.value
             )
         record = route(
-            ctx.subjects, proposal, msg.data.decode(), classification, verdict, ctx.now(), trace
+            ctx.subjects, proposal, msg.data.decode(), classification, verdict, now, trace
         )
         if definition is not None and definition.server:
             match = policy.tool_entry(proposal.tool, definition)
@@ -127,13 +130,14 @@ class Intake:
                 bad.append((msg, outcome))
             else:
                 classified.append((msg, *outcome))
+        now = self.ctx.now()  # one batch, one moment: its rows share the timestamp
         for msg, proposal, classification in await self._model_checked(classified):
             try:
-                good.append((msg, self._route(msg, proposal, classification)))
+                good.append((msg, self._route(msg, proposal, classification, now)))
             except Exception as exc:
                 log.exception("intake: unexpected error on %s", msg.subject)
                 await settle_failure(msg, f"internal error: {exc!r}", self._dead, self.ctx.retry)
-        good, events = await self._commit(good, bad)
+        good, events = await self._commit(good, bad, now)
         try:
             published = await publish_events(self.ctx.js, events)
         except Exception as exc:
@@ -152,7 +156,7 @@ class Intake:
                 await msg.nak(delay=1.0)
 
     async def _commit(
-        self, good: list[tuple[Msg, IntakeRecord]], bad: list[tuple[Msg, str]]
+        self, good: list[tuple[Msg, IntakeRecord]], bad: list[tuple[Msg, str]], now: datetime
     ) -> tuple[list[tuple[Msg, IntakeRecord]], list[OutboxEvent]]:
         """Write the batch in one transaction; returns the messages to ack and events to send.
 
@@ -164,7 +168,7 @@ class Intake:
         if not good:
             return good, []
         try:
-            result = await ctx.store.record_intake([rec for _, rec in good], ctx.now())
+            result = await ctx.store.record_intake([rec for _, rec in good], now)
         except Exception as exc:
             log.warning("intake: database write failed (%s); will retry", exc)
             await self._retry(good, f"database write failed: {exc}")
