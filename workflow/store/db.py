@@ -110,7 +110,6 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         "journal_mode=WAL",
         "busy_timeout=10000",
         "synchronous=NORMAL",
-        "cache_size=-65536",
         "foreign_keys=ON",
     ):
         cursor.execute(f"PRAGMA {pragma}")
