@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from pathlib import Path
 
+import pytest
 from sqlalchemy import text
 
-from workflow.store.db import WalCheckpointer, create_engine, sqlite_sync_writer
+from tests.store.test_repo import NOW, record
+from workflow.store.db import WAL_SIZE_LIMIT, WalCheckpointer, create_engine, sqlite_sync_writer
+from workflow.store.repo import Store
 
 
 def _writer(path: Path) -> sqlite3.Connection:
@@ -34,7 +38,7 @@ def _wal_size(path: Path) -> int:
 async def test_checkpoints_keep_the_wal_from_growing(tmp_path: Path) -> None:
     path = tmp_path / "hg.db"
     conn = _writer(path)
-    checkpointer = WalCheckpointer(str(path), interval=0.0)
+    checkpointer = WalCheckpointer(str(path), asyncio.Lock(), interval=0.0)
     sizes = []
     for _ in range(20):
         _round(conn)
@@ -62,7 +66,7 @@ async def test_without_checkpoints_the_wal_grows(tmp_path: Path) -> None:
 async def test_checkpoints_are_spaced_by_the_interval(tmp_path: Path) -> None:
     path = tmp_path / "hg.db"
     conn = _writer(path)
-    checkpointer = WalCheckpointer(str(path), interval=3600.0)
+    checkpointer = WalCheckpointer(str(path), asyncio.Lock(), interval=3600.0)
     for _ in range(5):
         _round(conn)
         checkpointer.committed()  # the last checkpoint is "recent": none starts
@@ -77,6 +81,42 @@ async def test_the_service_writer_does_not_checkpoint_in_its_commits(tmp_path: P
     assert writer is not None
     with writer.connect() as conn:
         assert conn.execute(text("PRAGMA wal_autocheckpoint")).scalar() == 0
+        assert conn.execute(text("PRAGMA journal_size_limit")).scalar() == WAL_SIZE_LIMIT
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
     writer.dispose()
     await engine.dispose()
+
+
+async def _write_continuously(store: Store, seconds: float) -> int:
+    """Commit one proposal after another, as a busy intake does, for `seconds`."""
+    n = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        await store.record_intake([record(f"p{n}")], NOW)
+        n += 1
+        await asyncio.sleep(0)  # the service's loop turns between batches (NATS I/O)
+    return n
+
+
+@pytest.mark.parametrize("interval", [0.05, 3600.0])
+async def test_the_wal_starts_over_while_commits_keep_coming(
+    tmp_path: Path, interval: float
+) -> None:
+    # A checkpoint that runs while commits keep landing never finishes copying the log, and
+    # an unfinished log is never started over: it grows without end. The checkpointer holds
+    # the write lock while it copies, so with checkpoints (0.05 s) the log stays small; the
+    # control (no checkpoint in the test's time) shows how far it grows otherwise.
+    path = tmp_path / "hg.db"
+    store = await Store.open(f"sqlite+aiosqlite:///{path}")
+    assert store._checkpointer is not None
+    store._checkpointer.interval = interval
+    try:
+        written = await _write_continuously(store, 2.0)
+        size = _wal_size(path)  # before closing: the last connection to close checkpoints
+    finally:
+        await store.close()
+    assert written > 200
+    if interval < 1:
+        assert size < 16 * 1024 * 1024, (written, size)
+    else:
+        assert size > 32 * 1024 * 1024, (written, size)

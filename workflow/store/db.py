@@ -118,22 +118,32 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 def _no_autocheckpoint(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.execute("PRAGMA wal_autocheckpoint=0")
+    dbapi_connection.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+
+
+#: The size the write-ahead log file is cut back to when it starts over (bytes).
+WAL_SIZE_LIMIT = 64 * 1024 * 1024
 
 
 class WalCheckpointer:
     """Copies the SQLite write-ahead log back into the database file from a worker thread.
 
-    The writer commits on the event loop with automatic checkpoints off; after a commit,
-    `committed()` starts a PASSIVE checkpoint (it never blocks the writer or readers) when the
-    last one is `interval` seconds old and none is running. The WAL then stays small — its
-    frames are reused once a checkpoint has copied them all — without the loop paying for it.
+    The writer commits on the event loop with automatic checkpoints off. After a commit,
+    `committed()` starts a checkpoint when the last one is `interval` seconds old and none is
+    running. The checkpoint holds the store's write lock: a commit landing meanwhile would
+    leave the log never completely copied, and only a completely copied log is started over
+    by the next commit (measured without the lock: the log grew to 6 GB in 4 minutes at
+    600 proposals/s, its index mapped into memory with it). Writers wait for the lock; the
+    event loop does not (the copy and its fsync run in the thread). The log file is cut back
+    to `journal_size_limit` when it restarts.
     """
 
-    def __init__(self, path: str, interval: float = 1.0):
+    def __init__(self, path: str, lock: asyncio.Lock, interval: float = 1.0):
         self.path = path
+        self.lock = lock
         self.interval = interval
         self._last = time.monotonic()
-        self._task: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
         self._conn: sqlite3.Connection | None = None
 
     def committed(self) -> None:
@@ -143,8 +153,17 @@ class WalCheckpointer:
         if now - self._last < self.interval:
             return
         self._last = now
-        self._task = asyncio.ensure_future(asyncio.to_thread(self._checkpoint))
+        self._task = asyncio.create_task(self._run())
         self._task.add_done_callback(_log_failure)
+
+    async def _run(self) -> None:
+        async with self.lock:
+            done = asyncio.ensure_future(asyncio.to_thread(self._checkpoint))
+            try:
+                await asyncio.shield(done)
+            except asyncio.CancelledError:
+                await asyncio.wait([done])  # keep the lock until the thread is finished
+                raise
 
     def _checkpoint(self) -> None:
         if self._conn is None:
@@ -159,7 +178,7 @@ class WalCheckpointer:
             self._conn = None
 
 
-def _log_failure(task: asyncio.Future[None]) -> None:
+def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.warning("SQLite checkpoint failed (%s); the next commit retries", task.exception())
 

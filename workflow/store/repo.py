@@ -101,8 +101,8 @@ class Store:
         # async engine keeps serving reads.
         self._sync_writer = sqlite_sync_writer(engine)
         self._checkpointer = (
-            WalCheckpointer(str(self._sync_writer.url.database))
-            if self._sync_writer is not None
+            WalCheckpointer(str(self._sync_writer.url.database), self._write_lock)
+            if self._sync_writer is not None and self._write_lock is not None
             else None
         )
         # SQLite: the hot inserts go through the DB-API (see `sqlite_rows`). PostgreSQL: Core
