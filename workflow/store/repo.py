@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Table, and_, func, select, update
+from sqlalchemy import Connection, Table, and_, bindparam, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -41,6 +41,25 @@ EXECUTIONS = _t(schema.ExecutionRow)
 OUTBOX = _t(schema.OutboxRow)
 AUDIT = _t(schema.AuditRow)
 AUDIT_HEAD = _t(schema.AuditHeadRow)
+
+
+# The reads of every decision, built once (building a statement costs more than running it).
+_REQUEST_BY_ID = select(REQUESTS).where(
+    (REQUESTS.c.request_id == bindparam("ident")) | (REQUESTS.c.proposal_id == bindparam("ident"))
+)
+_NONCE = select(DECISIONS.c.signature).where(DECISIONS.c.nonce == bindparam("nonce"))
+_PARTS = select(
+    PROPOSALS.c.payload, PROPOSALS.c.classification, PROPOSALS.c.verdict, PROPOSALS.c.trace
+).where(PROPOSALS.c.id == bindparam("id"))
+_APPROVALS = (
+    select(DECISIONS.c.request_id, DECISIONS.c.record)
+    .where(
+        DECISIONS.c.request_id.in_(bindparam("ids", expanding=True)),
+        DECISIONS.c.accepted.is_(True),
+        DECISIONS.c.verdict == "approve",
+    )
+    .order_by(DECISIONS.c.received_at)
+)
 
 
 class ConcurrentUpdate(Exception):
@@ -347,12 +366,9 @@ class Store:
     # ------------------------------------------------------------------ requests
     async def load_request(self, ident: str) -> tuple[HeldRequest, int] | None:
         """A request by request id or proposal id, with its approvals and version."""
-        query = select(REQUESTS).where(
-            (REQUESTS.c.request_id == ident) | (REQUESTS.c.proposal_id == ident)
-        )
 
         def body(conn: Connection) -> tuple[HeldRequest, int] | None:
-            row = conn.execute(query).first()
+            row = conn.execute(_REQUEST_BY_ID, {"ident": ident}).first()
             if row is None:
                 return None
             approvals = _approvals(conn, [row.request_id])
@@ -362,8 +378,7 @@ class Store:
 
     async def nonce_signature(self, nonce: str) -> tuple[bool, str | None]:
         """Whether a decision with this nonce was recorded, and the signature it carried."""
-        query = select(DECISIONS.c.signature).where(DECISIONS.c.nonce == nonce)
-        found = await self._read(lambda conn: conn.execute(query).first())
+        found = await self._read(lambda conn: conn.execute(_NONCE, {"nonce": nonce}).first())
         return (found is not None, found.signature if found is not None else None)
 
     async def decision_status(self, nonce: str) -> Any | None:
@@ -372,10 +387,7 @@ class Store:
 
     async def proposal_parts(self, proposal_id: str) -> tuple[str, str, str, dict[str, str]] | None:
         """The stored proposal, classification and verdict JSON, and its trace context."""
-        query = select(
-            PROPOSALS.c.payload, PROPOSALS.c.classification, PROPOSALS.c.verdict, PROPOSALS.c.trace
-        ).where(PROPOSALS.c.id == proposal_id)
-        row = await self._read(lambda conn: conn.execute(query).first())
+        row = await self._read(lambda conn: conn.execute(_PARTS, {"id": proposal_id}).first())
         if row is None:
             return None
         trace = json.loads(row.trace) if row.trace else {}
@@ -439,7 +451,7 @@ class Store:
             if changed.rowcount != 1:
                 raise ConcurrentUpdate(write.request_id)
         if write.outcome is not None:
-            conn.execute(OUTCOMES.insert().values(**write.outcome))
+            self._insert_rows(conn, OUTCOMES, [write.outcome])
         if write.proposal_status is not None:
             pid, status = write.proposal_status
             conn.execute(update(PROPOSALS).where(PROPOSALS.c.id == pid).values(status=status))
@@ -592,15 +604,7 @@ def _approvals(
     conn: Connection, request_ids: Sequence[str]
 ) -> dict[str, tuple[ApprovalRecord, ...]]:
     """The accepted approvals of each request, in the order they arrived."""
-    rows = conn.execute(
-        select(DECISIONS.c.request_id, DECISIONS.c.record)
-        .where(
-            DECISIONS.c.request_id.in_(request_ids),
-            DECISIONS.c.accepted.is_(True),
-            DECISIONS.c.verdict == "approve",
-        )
-        .order_by(DECISIONS.c.received_at)
-    )
+    rows = conn.execute(_APPROVALS, {"ids": list(request_ids)})
     out: dict[str, list[ApprovalRecord]] = {}
     for r in rows:
         out.setdefault(r.request_id, []).append(ApprovalRecord.model_validate_json(r.record))
