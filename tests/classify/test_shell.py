@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.classify.helpers import rules_of, run
+from workflow.classify.shellstate import SENSITIVE_VARS
 from workflow.classify.tables import ClassifierTables
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 
@@ -241,3 +242,12 @@ def test_non_posix_shell_fails_closed() -> None:
     result = run("Remove-Item -Recurse C:\\", shell="pwsh")
     assert result.fail_closed
     assert result.risk_class is RiskClass.EXEC
+
+
+@pytest.mark.parametrize("var", sorted(SENSITIVE_VARS))
+def test_a_sensitive_variable_fails_closed_set_directly_or_through_env(var: str) -> None:
+    # `VAR=x cmd` and `env VAR=x cmd` run the same thing: one list decides for both.
+    for command in (f"{var}=/tmp/x git log", f"env {var}=/tmp/x git log"):
+        c = run(command)
+        assert c.fail_closed, command
+        assert c.risk_class is not RiskClass.READ, command

@@ -20,6 +20,7 @@ from workflow.classify.shellstate import (
     DYNAMIC,
     FETCH,
     INTERP,
+    SENSITIVE_VARS,
     UNKNOWN_WORD,
     ShellState,
     Word,
@@ -334,17 +335,7 @@ def _env(name: str, args: list[Word], st: ShellState, stdin_text: str | None) ->
         return _nested(split, "The `env -S` text", st)
     while rest and rest[0].value is not None and "=" in rest[0].value:
         var = rest[0].value.split("=", 1)[0]
-        if var in (
-            "PATH",
-            "LD_PRELOAD",
-            "LD_LIBRARY_PATH",
-            "DYLD_INSERT_LIBRARIES",
-            "IFS",
-            "BASH_ENV",
-            "PYTHONPATH",
-            "NODE_OPTIONS",
-            "GIT_SSH_COMMAND",
-        ):
+        if var in SENSITIVE_VARS:
             st.add(rules.sensitive_variable(var))
         rest = rest[1:]
     if not rest:

@@ -26,6 +26,7 @@ from workflow.classify.shellstate import (
     DYNAMIC,
     FETCH,
     INTERP,
+    SENSITIVE_VARS,
     ShellState,
     Template,
     Word,
@@ -43,28 +44,6 @@ _PARSER = Parser(_LANGUAGE)
 
 _SECRET_VAR = re.compile(r"(?i)(secret|token|passw|api_?key|private_?key|credential|auth)")
 _SAFE_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
-_SENSITIVE_VARS = frozenset(
-    {
-        "PATH",
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-        "DYLD_INSERT_LIBRARIES",
-        "IFS",
-        "BASH_ENV",
-        "ENV",
-        "PROMPT_COMMAND",
-        "PYTHONPATH",
-        "PYTHONSTARTUP",
-        "NODE_OPTIONS",
-        "GIT_SSH_COMMAND",
-        "GIT_EXTERNAL_DIFF",
-        "PAGER",
-        "EDITOR",
-        "SHELLOPTS",
-        "BASHOPTS",
-        "PS4",
-    }
-)
 _ANSI_SIMPLE = {
     "a": "\a",
     "b": "\b",
@@ -242,7 +221,7 @@ class Walker:
         name = _text(name_node) if name_node else ""
         value = node.child_by_field_name("value")
         traits = self.word(value).traits if value is not None else frozenset()
-        if name in _SENSITIVE_VARS:
+        if name in SENSITIVE_VARS:
             self.st.add(
                 finding(
                     "shell.sensitive_variable",

@@ -17,6 +17,32 @@ DECODE = "decode"  # the command turns encoded text into something runnable
 INTERP = "interp"  # the command runs code it reads from its standard input
 
 
+#: Variables that change what a command runs or loads: setting one for a command, as
+#: `VAR=value cmd` or `env VAR=value cmd`, fails closed.
+SENSITIVE_VARS = frozenset(
+    {
+        "PATH",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "DYLD_INSERT_LIBRARIES",
+        "IFS",
+        "BASH_ENV",
+        "ENV",
+        "PROMPT_COMMAND",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "NODE_OPTIONS",
+        "GIT_SSH_COMMAND",
+        "GIT_EXTERNAL_DIFF",
+        "PAGER",
+        "EDITOR",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PS4",
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Word:
     """One shell word after quoting is removed.
