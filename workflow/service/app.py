@@ -348,6 +348,7 @@ class Service:
         if self.tasks:
             await asyncio.gather(*self.tasks, return_exceptions=True)
         if self.ctx is not None:
+            await self.ctx.marker.flush()  # the stages are done: write their last marks
             with contextlib.suppress(Exception):
                 await self.ctx.nc.drain()
             await self.ctx.store.close()

@@ -43,7 +43,7 @@ from workflow.policy.engine import recheck
 from workflow.policy.model import Policy
 from workflow.service.context import ServiceContext
 from workflow.service.routing import OUTCOME_OF, SERVICE_ACTOR, closing_effects
-from workflow.service.runner import PublishedMarker, Sent, send_events, settle_failure
+from workflow.service.runner import Sent, send_events, settle_failure
 from workflow.service.tracing import span_headers
 from workflow.signing import verify_raw
 from workflow.store.audit import AuditEntry
@@ -80,11 +80,6 @@ Apply = Callable[[Msg], Awaitable[list[OutboxEvent]]]
 class Collector:
     def __init__(self, ctx: ServiceContext):
         self.ctx = ctx
-        self.marker = PublishedMarker(ctx.store.mark_published)
-
-    async def flush(self) -> None:
-        """Finish marking published events (PullStage calls this when it stops)."""
-        await self.marker.flush()
 
     async def __call__(self, msgs: Sequence[Msg]) -> None:
         sent: list[tuple[Msg, Sent]] = []
@@ -111,7 +106,7 @@ class Collector:
                 await self._failed(msg, f"publishing its events failed: {exc!r}")
                 continue
             await msg.ack()
-            self.marker.add(ids)
+            self.ctx.marker.add(ids)
 
     async def _failed(self, msg: Msg, error: str) -> None:
         token = self.ctx.subjects.token_after(msg.subject, "decisions")

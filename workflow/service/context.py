@@ -13,7 +13,13 @@ from nats.js import JetStreamContext
 
 from workflow.policy.model import Policy
 from workflow.service.metrics import Metrics
-from workflow.service.runner import DEFAULT_RETRY, RetryPolicy, dead_letter_event, publish_events
+from workflow.service.runner import (
+    DEFAULT_RETRY,
+    PublishedMarker,
+    RetryPolicy,
+    dead_letter_event,
+    publish_events,
+)
 from workflow.store.repo import OutboxEvent, Store
 from workflow.subjects import Subjects
 
@@ -29,16 +35,21 @@ class ServiceContext:
     policy: Policy
     retry: RetryPolicy = DEFAULT_RETRY
     metrics: Metrics = field(default_factory=Metrics)
+    #: Marks the outbox rows of confirmed events published, for every stage, off their path.
+    marker: PublishedMarker = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.marker = PublishedMarker(self.store.mark_published)
 
     def now(self) -> datetime:
         return datetime.now(UTC)
 
     async def publish(self, events: Sequence[OutboxEvent]) -> None:
-        """Publish outbox events and mark them published (the republisher covers a crash)."""
+        """Publish outbox events, wait for JetStream to confirm them, have them marked
+        published (the republisher covers a crash)."""
         if not events:
             return
-        ids = await publish_events(self.js, events)
-        await self.store.mark_published(ids)
+        self.marker.add(await publish_events(self.js, events))
 
     async def dead(self, stage: str, msg: Msg, error: str) -> None:
         """Publish a message to `<prefix>.dead.<stage>` with the error, then ack it."""

@@ -23,7 +23,7 @@ from workflow.policy.engine import evaluate
 from workflow.service.context import ServiceContext
 from workflow.service.model_check import model_check
 from workflow.service.routing import SERVICE_ACTOR, route
-from workflow.service.runner import PublishedMarker, publish_events, settle_failure
+from workflow.service.runner import publish_events, settle_failure
 from workflow.service.tracing import span_headers, trace_headers
 from workflow.store.audit import AuditEntry
 from workflow.store.repo import IntakeRecord, OutboxEvent
@@ -35,15 +35,10 @@ STAGE = "intake"
 class Intake:
     def __init__(self, ctx: ServiceContext):
         self.ctx = ctx
-        # Marking outbox rows published is a write transaction of its own: coalesced across
-        # batches and kept off the path between a proposal and its result (measured: +16 %
-        # read throughput, lower p50; see docs/bench.md).
-        self.marker = PublishedMarker(ctx.store.mark_published)
         self._http: httpx.AsyncClient | None = None
 
     async def flush(self) -> None:
-        """Finish marking published events (PullStage calls this when it stops)."""
-        await self.marker.flush()
+        """Close the model check's HTTP client (PullStage calls this when it stops)."""
         if self._http is not None:
             await self._http.aclose()
             self._http = None
@@ -147,7 +142,7 @@ class Intake:
             good, published = [], []
         for msg, _ in good:
             await msg.ack()
-        self.marker.add(published)
+        self.ctx.marker.add(published)
         for msg, error in bad:
             try:
                 await self.ctx.dead(STAGE, msg, error)
