@@ -12,7 +12,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlmodel import SQLModel
 
 from workflow.store import schema
-from workflow.store.sqlite_rows import PreparedInsert, SqliteInserts, sqlite_datetime
+from workflow.store.sqlite_rows import PreparedInsert, SqliteInserts, in_chunks, sqlite_datetime
 
 OUTBOX = schema.OutboxRow.__table__  # type: ignore[attr-defined]
 OUTCOMES = schema.OutcomeRow.__table__  # type: ignore[attr-defined]
@@ -89,3 +89,12 @@ def test_bad_rows_are_refused_clearly() -> None:
     with pytest.raises(ValueError, match="naive datetime"):
         sqlite_datetime(datetime(2026, 1, 1))
     assert sqlite_datetime(None) is None
+
+
+def test_in_chunks_stays_under_the_parameter_limit_and_keeps_every_value() -> None:
+    values = [f"id{i}" for i in range(1201)]
+    chunks = list(in_chunks(values, size=500))
+    assert [len(c) for c, _ in chunks] == [500, 500, 201]
+    assert [v for c, _ in chunks for v in c] == values
+    assert all(marks.count("?") == len(c) for c, marks in chunks)
+    assert list(in_chunks([])) == []

@@ -24,7 +24,7 @@ from workflow.messages import ApprovalRecord, ApprovalRequirement, canonical_jso
 from workflow.store import schema
 from workflow.store.audit import AuditEntry, ChainCheck, chain_hash, verify_chain
 from workflow.store.db import WalCheckpointer, create_engine, migrate, sqlite_sync_writer
-from workflow.store.sqlite_rows import SqliteInserts, dbapi
+from workflow.store.sqlite_rows import SqliteInserts, dbapi, in_chunks
 
 T = TypeVar("T")
 
@@ -297,14 +297,9 @@ class Store:
         if self._sqlite_inserts is not None:
             # Under the write lock nothing else inserts: look up, then insert what is new.
             existing: dict[str, str] = {}
-            raw = dbapi(conn)
-            for i in range(0, len(ids), 500):
-                chunk = tuple(ids[i : i + 500])
-                marks = ", ".join("?" * len(chunk))
-                found = raw.execute(
-                    f"SELECT id, digest FROM proposals WHERE id IN ({marks})", chunk
-                )
-                existing.update(found.fetchall())
+            for chunk, marks in in_chunks(ids):
+                sql = f"SELECT id, digest FROM proposals WHERE id IN ({marks})"
+                existing.update(dbapi(conn).execute(sql, chunk).fetchall())
             new = {i for i in ids if i not in existing}
             self._insert_rows(conn, PROPOSALS, [unique[i].proposal for i in ids if i in new])
         else:
@@ -333,10 +328,8 @@ class Store:
         ids = list(msg_ids)
 
         def body(conn: Connection) -> None:
-            for i in range(0, len(ids), 500):
-                chunk = ids[i : i + 500]
+            for chunk, marks in in_chunks(ids):
                 if self._sqlite_inserts is not None:
-                    marks = ", ".join("?" * len(chunk))
                     sql = f"UPDATE outbox SET published = 1 WHERE msg_id IN ({marks})"
                     dbapi(conn).execute(sql, chunk)
                 else:

@@ -11,7 +11,7 @@ so reads and every other write keep using Core. PostgreSQL keeps Core everywhere
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -58,6 +58,14 @@ def _converter(table: Table, column: str) -> Converter | None:
     if isinstance(kind, Boolean):
         return _sqlite_bool
     return None
+
+
+def in_chunks(values: Sequence[str], size: int = 500) -> Iterator[tuple[tuple[str, ...], str]]:
+    """`values` in chunks well under SQLite's limit on bound parameters, each with the
+    `?, ?, …` list for its `IN (…)`."""
+    for i in range(0, len(values), size):
+        chunk = tuple(values[i : i + size])
+        yield chunk, ", ".join("?" * len(chunk))
 
 
 def dbapi(conn: Connection) -> Any:
