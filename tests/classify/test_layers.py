@@ -229,6 +229,11 @@ def test_userinfo_trick_is_reported_with_the_real_host() -> None:
     assert any("evil.example" in r.message for r in result.reasons if r.rule == "egress.userinfo")
 
 
+def test_a_host_of_negative_numbers_is_classified_not_a_crash() -> None:
+    result = classify(proposal("web_fetch", {"url": "http://-1/x"}))
+    assert result.risk_class is not None
+
+
 def test_data_in_a_url_query_is_reported_as_egress_of_that_data() -> None:
     result = classify(proposal("web_fetch", {"url": "https://github.com/?q=secret"}))
     assert "egress.data_in_url" in rules_of(result)
@@ -243,6 +248,13 @@ def test_data_in_a_url_query_is_reported_as_egress_of_that_data() -> None:
         ("127.1", "127.0.0.1"),
         ("[::1]", "::1"),
         ("example.com", None),
+        # What Python's int() takes but inet_aton does not: not addresses (and no crash).
+        ("-1", None),
+        ("1.-1", None),
+        ("+127.0.0.1", None),
+        ("1_0.0.0.1", None),
+        ("١٢٧.0.0.1", None),
+        ("08.0.0.1", None),
     ],
 )
 def test_ip_literals_are_recognised_in_every_spelling(host: str, address: str | None) -> None:

@@ -48,15 +48,17 @@ _BLOB = re.compile(r"[A-Za-z0-9+/=_-]{32,}")
 NET = Category.NETWORK
 
 
+_IP_PART = re.compile(r"0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*", re.ASCII)
+
+
 def _ip_part(text: str) -> int | None:
-    try:
-        if text.lower().startswith("0x"):
-            return int(text, 16)
-        if len(text) > 1 and text.startswith("0"):
-            return int(text, 8)
-        return int(text, 10)
-    except ValueError:
+    """One dotted part as `inet_aton` reads it: hex, octal or decimal ASCII digits only (no
+    sign, underscore or other digits, all of which Python's `int` accepts)."""
+    if not _IP_PART.fullmatch(text):
         return None
+    if text[:2] in ("0x", "0X"):
+        return int(text, 16)
+    return int(text, 8) if len(text) > 1 and text.startswith("0") else int(text, 10)
 
 
 def parse_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
