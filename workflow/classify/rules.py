@@ -143,7 +143,8 @@ def find_rules(args: list[Word], st: ShellState) -> None:
 
 # --------------------------------------------------------------------------- destructive
 
-_SYSTEM_DIRS = frozenset(
+#: Directories whose recursive deletion or opening-up is system-wide (critical).
+SYSTEM_DIRS = frozenset(
     {
         "/",
         "/etc",
@@ -167,7 +168,7 @@ _SYSTEM_DIRS = frozenset(
 def _rm(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
     recursive = _has_flag(args, "--recursive", short="rR")
     targets = [normalise(a.approx, st.cwd, st.rules.home) for a in _positional(args)]
-    wide = any(t in _SYSTEM_DIRS or t == st.rules.home or "*" in t for t in targets) or (
+    wide = any(t in SYSTEM_DIRS or t == st.rules.home or "*" in t for t in targets) or (
         _has_flag(args, "--no-preserve-root")
     )
     sev = CRIT if wide and recursive else HIGH if recursive else MED

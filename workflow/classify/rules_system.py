@@ -13,6 +13,7 @@ from workflow.classify.rules import (
     HIGH,
     MED,
     NONE,
+    SYSTEM_DIRS,
     D,
     N,
     P,
@@ -286,22 +287,6 @@ def _git(name: str, args: list[Word], st: ShellState, stdin_text: str | None) ->
 
 # --------------------------------------------------------------------------- privileges
 
-_SYSTEM = (
-    "/",
-    "/etc",
-    "/usr",
-    "/var",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/boot",
-    "/opt",
-    "/home",
-    "/System",
-    "/Library",
-    "/root",
-)
-
 
 def _chmod(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
     vals = _vals(args)
@@ -309,7 +294,9 @@ def _chmod(name: str, args: list[Word], st: ShellState, stdin_text: str | None) 
     targets = [normalise(a.approx, st.cwd, st.rules.home) for a in _positional(args)[1:]]
     recursive = _has_flag(args, "--recursive", short="R")
     system = any(
-        t in _SYSTEM or t.startswith(("/etc/", "/usr/", "/bin/", "/sbin/")) or t == st.rules.home
+        t in SYSTEM_DIRS
+        or t.startswith(("/etc/", "/usr/", "/bin/", "/sbin/"))
+        or t == st.rules.home
         for t in targets
     )
     wide = mode.endswith("777") or "a+w" in mode or "o+w" in mode or "a+rwx" in mode
@@ -399,6 +386,27 @@ _SYSTEM_PKG = frozenset(
         "rpm",
         "dpkg",
         "emerge",
+    }
+)
+#: Package managers that install for a user or a project, not the system.
+_USER_PKG = frozenset(
+    {
+        "brew",
+        "pip",
+        "pip3",
+        "pipx",
+        "npm",
+        "yarn",
+        "pnpm",
+        "gem",
+        "cargo",
+        "go",
+        "uv",
+        "poetry",
+        "conda",
+        "mamba",
+        "bundle",
+        "composer",
     }
 )
 
@@ -607,41 +615,7 @@ SYSTEM_RULES: dict[str, Rule] = {
         n: _simple(f"shell.{n}", "stops or restarts the machine", X, CRIT, P)
         for n in ("reboot", "shutdown", "halt", "poweroff", "init", "telinit")
     },
-    **{
-        n: _package
-        for n in (
-            "apt",
-            "apt-get",
-            "aptitude",
-            "yum",
-            "dnf",
-            "pacman",
-            "zypper",
-            "apk",
-            "brew",
-            "port",
-            "snap",
-            "flatpak",
-            "rpm",
-            "dpkg",
-            "emerge",
-            "pip",
-            "pip3",
-            "pipx",
-            "npm",
-            "yarn",
-            "pnpm",
-            "gem",
-            "cargo",
-            "go",
-            "uv",
-            "poetry",
-            "conda",
-            "mamba",
-            "bundle",
-            "composer",
-        )
-    },
+    **{n: _package for n in sorted(_SYSTEM_PKG | _USER_PKG)},
     "security": _security,
     **{n: _env_like for n in ("printenv", "set", "export", "declare", "typeset", "compgen")},
     "history": _history,
