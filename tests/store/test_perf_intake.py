@@ -1,25 +1,13 @@
-"""record_intake as one executemany with RETURNING: the ids it reports as new are exactly the
-rows it inserted, for batches larger than one insertmanyvalues page, mixed with existing ids,
-on SQLite and PostgreSQL."""
+"""record_intake reports as new exactly the rows it inserted, for batches larger than one
+insertmanyvalues page mixed with existing ids: on SQLite (look up, then insert through the
+DB-API) and on PostgreSQL (one executemany with RETURNING)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
 from sqlalchemy import func, select
 
 from tests.store.test_repo import NOW, record
 from workflow.store.repo import AUDIT, OUTBOX, PROPOSALS, Store
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    s = await Store.open(database_url)
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 async def test_a_large_mixed_batch_reports_exactly_the_new_ids(store: Store) -> None:

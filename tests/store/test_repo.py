@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,15 +24,6 @@ from workflow.subjects import Subjects
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SUBJECTS = Subjects("headgate")
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    s = await Store.open(database_url)
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 def record(pid: str, tool: str = "write_file", path: str = "a.txt") -> IntakeRecord:
