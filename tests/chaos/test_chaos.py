@@ -268,7 +268,17 @@ async def check_guarantees(
     assert set(outcomes) == set(load.valid), "every proposal has exactly one terminal outcome"
     assert statuses["pending"] == 0
 
-    results = await stream_bodies(nc, SUBJECTS.stream("results"), "headgate.>")
+    # An outcome committed just before a crash or a NATS outage reaches the results stream
+    # later: by redelivery (after ack_wait, 30 s) or by the outbox republisher (rows older than
+    # 10 s, every 5 s). Wait for that bound, then check the stream holds exactly one each.
+    deadline = asyncio.get_running_loop().time() + 45
+    while True:
+        results = await stream_bodies(nc, SUBJECTS.stream("results"), "headgate.>")
+        seen = {b["proposal_id"] for b in results if ".released." in b["_subject"]}
+        seen |= {b["proposal_id"] for b in results if ".blocked." in b["_subject"]}
+        if seen >= set(load.valid) or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(1.0)
     released = Counter(b["proposal_id"] for b in results if ".released." in b["_subject"])
     blocked = Counter(b["proposal_id"] for b in results if ".blocked." in b["_subject"])
     assert max(released.values()) == 1, "a proposal was released twice"
