@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ from tests.service.helpers import (
     unique_prefix,
     wait_until,
 )
+from workflow.service import intake
+from workflow.service.background import republish_once
 
 
 async def test_read_is_released_at_once(nats_url: str, tmp_path: Path, database_url: str) -> None:
@@ -221,3 +224,72 @@ async def test_a_message_is_not_acked_until_its_effects_are_committed(
         (released,) = await h.observer.wait_for("released", pid, timeout=10)
         assert calls == 2
         assert released["proposal_id"] == pid
+
+
+async def test_events_lost_after_the_commit_are_rebuilt_from_the_row_on_redelivery(
+    nats_url: str, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Committed, but neither published nor kept in the outbox (as after a crash): the
+    proposal is not acked, and its redelivery re-sends the events rebuilt from the row."""
+    async with running_service(
+        nats_url, tmp_path, database_url=database_url, retry_base_delay=0.1
+    ) as h:
+        store = h.service.ctx.store  # type: ignore[union-attr]
+        real_publish = intake.publish_events
+        real_save = store.save_events
+        publishes = 0
+
+        async def publish_failing_once(*args: Any) -> Any:
+            nonlocal publishes
+            publishes += 1
+            if publishes == 1:
+                raise TimeoutError("no PubAck")
+            return await real_publish(*args)
+
+        async def save_failing(*args: Any) -> None:
+            raise OSError("disk I/O error")
+
+        monkeypatch.setattr(intake, "publish_events", publish_failing_once)
+        monkeypatch.setattr(store, "save_events", save_failing)
+        pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
+        (released,) = await h.observer.wait_for("released", pid, timeout=10)
+        assert publishes == 2
+        (row,) = await store.stored_intake([pid])  # the first delivery's moment, not the second's
+        assert datetime.fromisoformat(released["released_at"]) == row.received_at
+        assert len(await h.stream_events(h.subjects.released("agent-1"), pid)) == 1
+        assert await store.events_for([pid]) == []
+        monkeypatch.setattr(store, "save_events", real_save)
+
+
+async def test_events_that_cannot_be_published_are_kept_in_the_outbox_and_republished(
+    nats_url: str, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running_service(nats_url, tmp_path, database_url=database_url) as h:
+        ctx = h.service.ctx
+        assert ctx is not None
+        real_publish = intake.publish_events
+
+        async def publish_failing_once(*args: Any) -> Any:
+            monkeypatch.setattr(intake, "publish_events", real_publish)
+            raise TimeoutError("no PubAck")
+
+        monkeypatch.setattr(intake, "publish_events", publish_failing_once)
+        intakes = 0
+        real_record = ctx.store.record_intake
+
+        async def counting(*args: Any) -> Any:
+            nonlocal intakes
+            intakes += 1
+            return await real_record(*args)
+
+        monkeypatch.setattr(ctx.store, "record_intake", counting)
+        pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
+        await wait_until(lambda: ctx.store.events_for([pid]), bool, timeout=5)
+        assert [e.msg_id for e in await ctx.store.events_for([pid])] == [f"released:{pid}"]
+        await asyncio.sleep(1.5)  # acked: no redelivery comes back through the intake
+        assert intakes == 1
+        assert h.observer.of("released", pid) == []
+        assert await republish_once(ctx, grace=0) == 1
+        (released,) = await h.observer.wait_for("released", pid, timeout=5)
+        assert released["proposal_id"] == pid
+        await wait_until(lambda: ctx.store.unpublished(ctx.now()), lambda left: left == [])

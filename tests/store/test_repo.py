@@ -15,7 +15,7 @@ from workflow.classify.engine import classify
 from workflow.messages import Proposal
 from workflow.policy.engine import evaluate
 from workflow.policy.model import default_policy
-from workflow.service.routing import route
+from workflow.service.routing import intake_events, route
 from workflow.store.audit import AuditEntry
 from workflow.store.db import MIGRATIONS, create_engine, migrate
 from workflow.store.repo import AUDIT, ConcurrentUpdate, IntakeRecord, StepWrite, Store
@@ -81,10 +81,29 @@ async def test_recording_the_same_proposal_twice_keeps_one_and_reports_the_diges
     again = await store.record_intake([record("p1"), record("p2")], NOW)
     assert again.new == {"p2"}
     assert again.existing_digests == {"p1": record("p1").proposal["digest"]}
-    assert [e.msg_id for e in await store.events_for(["p1"])] == [
-        "inbox:" + str((record("p1").request or {})["request_id"]),
-        "held:p1",
-    ]
+
+
+@pytest.mark.parametrize(
+    ("tool", "kinds"),
+    [("read_file", ["released"]), ("delete_file", ["blocked"]), ("write_file", ["inbox", "held"])],
+)
+async def test_the_intake_events_are_rebuilt_byte_for_byte_from_the_stored_row(
+    store: Store, tool: str, kinds: list[str]
+) -> None:
+    """A redelivered proposal re-sends exactly what its first delivery sent, and the intake
+    keeps no outbox rows for it."""
+    proposal = Proposal(id="p1", agent="agent-1", tool=tool, arguments={"path": "/etc/x"})
+    payload = '{"id": "p1", "agent": "agent-1", "tool": "%s", "arguments": {"path": "/etc/x"}}'
+    policy = default_policy()
+    c = classify(proposal, policy.classifier_tables())
+    trace = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    now = datetime(2026, 11, 30, 12, 0, 1, 123456, tzinfo=UTC)
+    rec = route(SUBJECTS, proposal, payload % tool, c, evaluate(proposal, c, policy), now, trace)
+    await store.record_intake([rec], now)
+    (stored,) = await store.stored_intake(["p1", "missing"])
+    assert [e.msg_id.split(":")[0] for e in rec.events] == kinds
+    assert intake_events(SUBJECTS, stored) == rec.events
+    assert await store.events_for(["p1"]) == []
 
 
 async def test_a_stale_version_cannot_change_a_request(store: Store) -> None:
@@ -113,7 +132,7 @@ async def test_due_requests_are_those_past_their_expiry(store: Store) -> None:
 
 
 async def test_unpublished_events_are_found_until_marked(store: Store) -> None:
-    await store.record_intake([record("p1", tool="read_file")], NOW)
+    await store.save_events(record("p1", tool="read_file").events, NOW)
     pending = await store.unpublished(NOW + timedelta(seconds=1))
     assert [e.msg_id for e in pending] == ["released:p1"]
     await store.mark_published(["released:p1"])

@@ -22,7 +22,7 @@ from workflow.messages import Classification, Proposal
 from workflow.policy.engine import evaluate
 from workflow.service.context import ServiceContext
 from workflow.service.model_check import model_check
-from workflow.service.routing import SERVICE_ACTOR, route
+from workflow.service.routing import SERVICE_ACTOR, intake_events, route
 from workflow.service.runner import publish_events, settle_failure
 from workflow.service.tracing import span_headers, trace_headers
 from workflow.store.audit import AuditEntry
@@ -133,16 +133,10 @@ class Intake:
                 log.exception("intake: unexpected error on %s", msg.subject)
                 await settle_failure(msg, f"internal error: {exc!r}", self._dead, self.ctx.retry)
         good, events = await self._commit(good, bad, now)
-        try:
-            published = await publish_events(self.ctx.js, events)
-        except Exception as exc:
-            # Effects are committed; the events stay in the outbox. Redelivery re-publishes them.
-            log.warning("intake: publishing results failed (%s); will retry", exc)
-            await self._retry(good, f"publishing results failed: {exc}")
-            good, published = [], []
+        if not await self._publish(good, events, now):
+            good = []
         for msg, _ in good:
             await msg.ack()
-        self.ctx.marker.add(published)
         for msg, error in bad:
             try:
                 await self.ctx.dead(STAGE, msg, error)
@@ -150,13 +144,39 @@ class Intake:
                 log.warning("intake: dead-lettering failed (%s); will retry", exc)
                 await msg.nak(delay=1.0)
 
+    async def _publish(
+        self, good: Sequence[tuple[Msg, IntakeRecord]], events: list[OutboxEvent], now: datetime
+    ) -> bool:
+        """Publish the batch's events and wait for JetStream to confirm them.
+
+        No outbox row is written on this path: the proposals are acked only after the PubAcks,
+        so until then their own JetStream messages stand in for it (a redelivery finds the rows
+        committed and rebuilds the events). When publishing fails, the events go to the outbox
+        for the republisher and the proposals are acked; when that fails too, they are
+        redelivered. Returns whether the messages may be acked.
+        """
+        try:
+            await publish_events(self.ctx.js, events)
+            return True
+        except Exception as exc:
+            error = f"publishing results failed: {exc}"
+        log.warning("intake: %s; keeping %d events in the outbox", error, len(events))
+        try:
+            await self.ctx.store.save_events(events, now)
+            return True
+        except Exception as exc:
+            log.warning("intake: keeping events in the outbox failed (%s); will retry", exc)
+            await self._retry(good, f"{error}; keeping them in the outbox failed: {exc}")
+            return False
+
     async def _commit(
         self, good: list[tuple[Msg, IntakeRecord]], bad: list[tuple[Msg, str]], now: datetime
     ) -> tuple[list[tuple[Msg, IntakeRecord]], list[OutboxEvent]]:
         """Write the batch in one transaction; returns the messages to ack and events to send.
 
         A proposal id seen before with the same digest is a redelivery or a duplicate publish:
-        its stored events are sent again (JetStream drops them as duplicates if they arrived).
+        its events are rebuilt from the stored row and sent again (JetStream drops them as
+        duplicates if they arrived).
         The same id with another digest is a conflict and goes to `bad`.
         """
         ctx = self.ctx
@@ -201,7 +221,8 @@ class Intake:
                     ctx.metrics.outcomes.labels(rec.outcome["outcome"]).inc()
         ctx.metrics.duplicates.inc(len(republish))
         if republish:
-            events.extend(await ctx.store.events_for(republish))
+            for row in await ctx.store.stored_intake(republish):
+                events.extend(intake_events(ctx.subjects, row))
         return keep, events
 
     async def _retry(self, good: Sequence[tuple[Msg, IntakeRecord]], error: str) -> None:

@@ -27,7 +27,7 @@ from workflow.messages import (
     Verdict,
 )
 from workflow.store.audit import AuditEntry
-from workflow.store.repo import IntakeRecord, OutboxEvent
+from workflow.store.repo import IntakeRecord, OutboxEvent, StoredIntake
 from workflow.subjects import Subjects
 
 SERVICE_ACTOR = "headgate"
@@ -261,6 +261,25 @@ def route(
     if trace:
         record.events = [replace(e, headers=trace) for e in record.events]
     return record
+
+
+def intake_events(subjects: Subjects, stored: StoredIntake) -> list[OutboxEvent]:
+    """The events the intake published for a stored proposal, rebuilt byte for byte.
+
+    `route` is a function of the proposal, its classification, its verdict, the moment and
+    the trace context, and the row keeps all five: a redelivered proposal whose row was
+    committed re-sends exactly what the first delivery sent (same `Nats-Msg-Id`s, so JetStream
+    drops what had already arrived).
+    """
+    return route(
+        subjects,
+        Proposal.model_validate_json(stored.payload),
+        stored.payload,
+        Classification.model_validate_json(stored.classification),
+        Verdict.model_validate_json(stored.verdict),
+        stored.received_at,
+        stored.trace,
+    ).events
 
 
 def _event_audit(

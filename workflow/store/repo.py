@@ -51,6 +51,14 @@ _NONCE = select(DECISIONS.c.signature).where(DECISIONS.c.nonce == bindparam("non
 _PARTS = select(
     PROPOSALS.c.payload, PROPOSALS.c.classification, PROPOSALS.c.verdict, PROPOSALS.c.trace
 ).where(PROPOSALS.c.id == bindparam("id"))
+_INTAKE_PARTS = select(
+    PROPOSALS.c.id,
+    PROPOSALS.c.payload,
+    PROPOSALS.c.classification,
+    PROPOSALS.c.verdict,
+    PROPOSALS.c.trace,
+    PROPOSALS.c.received_at,
+).where(PROPOSALS.c.id.in_(bindparam("ids", expanding=True)))
 _APPROVALS = (
     select(DECISIONS.c.request_id, DECISIONS.c.record)
     .where(
@@ -77,7 +85,13 @@ class OutboxEvent:
 
 @dataclass(slots=True)
 class IntakeRecord:
-    """Everything one new proposal writes, computed by the pure core."""
+    """Everything one new proposal writes, computed by the pure core.
+
+    `events` are published, not stored: the intake acks a proposal only once JetStream has
+    confirmed them, so until then the proposal's own JetStream message is their outbox (a
+    redelivery rebuilds them from the stored row, see `StoredIntake`). They reach the outbox
+    table only when publishing them fails (`Store.save_events`).
+    """
 
     proposal: dict[str, Any]
     request: dict[str, Any] | None = None
@@ -88,6 +102,18 @@ class IntakeRecord:
     @property
     def id(self) -> str:
         return str(self.proposal["id"])
+
+
+@dataclass(frozen=True, slots=True)
+class StoredIntake:
+    """What the intake stored for one proposal: enough to rebuild the events it published."""
+
+    id: str
+    payload: str
+    classification: str
+    verdict: str
+    trace: dict[str, str] | None
+    received_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +285,12 @@ class Store:
         else:
             conn.execute(self._stmt_move_head, {"seq": seq, "hash": prev})
 
+    async def save_events(self, events: Sequence[OutboxEvent], now: datetime) -> None:
+        """Keep events in the outbox (unpublished) for the republisher; ids already held are
+        left as they are."""
+        if events:
+            await self._transact(lambda conn: self._insert_events_sync(conn, events, now))
+
     def _insert_events_sync(
         self, conn: Connection, events: Sequence[OutboxEvent], now: datetime
     ) -> None:
@@ -282,7 +314,8 @@ class Store:
 
     # ------------------------------------------------------------------ intake
     async def record_intake(self, records: Sequence[IntakeRecord], now: datetime) -> IntakeResult:
-        """Insert new proposals with their effects; report which ids already existed."""
+        """Insert new proposals with their rows and audit records; report which ids already
+        existed. Their events are not stored (see `IntakeRecord`)."""
         unique: dict[str, IntakeRecord] = {}
         for rec in records:
             unique.setdefault(rec.id, rec)
@@ -319,7 +352,6 @@ class Store:
         fresh = [r for r in unique.values() if r.id in new]
         self._insert_rows(conn, REQUESTS, [r.request for r in fresh if r.request is not None])
         self._insert_rows(conn, OUTCOMES, [r.outcome for r in fresh if r.outcome is not None])
-        self._insert_events_sync(conn, [e for r in fresh for e in r.events], now)
         self._append_audit_sync(conn, [a for r in fresh for a in r.audit], now)
         return IntakeResult(new=new, existing_digests=existing)
 
@@ -340,11 +372,34 @@ class Store:
             await self._transact(body)
 
     async def events_for(self, proposal_ids: Iterable[str]) -> list[OutboxEvent]:
+        """The outbox events of these proposals (those of approval steps and of failed
+        publishes; the intake's own are rebuilt instead, see `stored_intake`)."""
         ids = list(proposal_ids)
         if not ids:
             return []
         query = select(OUTBOX).where(OUTBOX.c.proposal_id.in_(ids)).order_by(OUTBOX.c.created_at)
         return await self._read(lambda conn: [_event(r) for r in conn.execute(query)])
+
+    async def stored_intake(self, proposal_ids: Iterable[str]) -> list[StoredIntake]:
+        """The stored rows of these proposals, to rebuild the events their intake published."""
+        ids = list(proposal_ids)
+        if not ids:
+            return []
+
+        def body(conn: Connection) -> list[StoredIntake]:
+            return [
+                StoredIntake(
+                    id=row.id,
+                    payload=row.payload,
+                    classification=row.classification,
+                    verdict=row.verdict,
+                    trace=json.loads(row.trace) if row.trace else None,
+                    received_at=row.received_at,
+                )
+                for row in conn.execute(_INTAKE_PARTS, {"ids": ids})
+            ]
+
+        return await self._read(body)
 
     async def unpublished(self, older_than: datetime, limit: int = 500) -> list[OutboxEvent]:
         async with self.engine.connect() as conn:
