@@ -13,6 +13,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import cast
 
+from pydantic_core import to_json
+
 from workflow.approvals import HeldRequest, RequestState
 from workflow.messages import (
     ApprovalRecord,
@@ -69,10 +71,42 @@ def released_event(
         proposal_digest=digest,
         released_at=now,
     )
+    return _released(subjects, proposal, event.model_dump_json())
+
+
+def immediate_release(
+    subjects: Subjects,
+    proposal: Proposal,
+    digest: str,
+    release_id: str,
+    classification_json: str,
+    verdict_json: str,
+    now: datetime,
+) -> OutboxEvent:
+    """The `Released` event of a call the policy allows, joined from the parts the intake has
+    already serialised for its row (classification, verdict) instead of building the model
+    and serialising them again: the same bytes as `released_event` (tested), at a third of
+    its cost on the path every read takes. The values come from a validated proposal."""
+    payload = (
+        f'{{"release_id":{_json(release_id)},"proposal_id":{_json(proposal.id)},'
+        f'"request_id":null,"agent":{_json(proposal.agent)},'
+        f'"workspace":{_json(proposal.workspace)},"tool":{_json(proposal.tool)},'
+        f'"arguments":{_json(proposal.arguments)},"classification":{classification_json},'
+        f'"verdict":{verdict_json},"approvals":[],"proposal_digest":{_json(digest)},'
+        f'"released_at":{_json(now)}}}'
+    )
+    return _released(subjects, proposal, payload)
+
+
+def _json(value: object) -> str:
+    return to_json(value).decode()
+
+
+def _released(subjects: Subjects, proposal: Proposal, payload: str) -> OutboxEvent:
     return OutboxEvent(
         msg_id=f"released:{proposal.id}",
         subject=subjects.released(proposal.agent),
-        payload=event.model_dump_json(),
+        payload=payload,
         proposal_id=proposal.id,
     )
 
@@ -161,15 +195,19 @@ def route(
         )
     )
     if verdict.decision is Decision.ALLOW:
-        event = released_event(subjects, proposal, digest, classification, verdict, (), now)
+        release_id = release_id_for(proposal.id)
         record.outcome = {
             "proposal_id": proposal.id,
             "outcome": "released",
-            "release_id": release_id_for(proposal.id),
+            "release_id": release_id,
             "reason": verdict.reason,
             "at": now,
         }
-        record.events.append(event)
+        record.events.append(
+            immediate_release(
+                subjects, proposal, digest, release_id, classification_json, verdict_json, now
+            )
+        )
         record.audit.append(_event_audit("released", proposal.id, None, verdict.reason))
     elif verdict.decision is Decision.DENY:
         record.outcome = {
