@@ -18,7 +18,7 @@ from tests.service.helpers import (
     unique_prefix,
     wait_until,
 )
-from workflow.service import intake
+from workflow.service import intake, runner
 from workflow.service.background import republish_once
 
 
@@ -235,7 +235,7 @@ async def test_events_lost_after_the_commit_are_rebuilt_from_the_row_on_redelive
         nats_url, tmp_path, database_url=database_url, retry_base_delay=0.1
     ) as h:
         store = h.service.ctx.store  # type: ignore[union-attr]
-        real_publish = intake.publish_events
+        real_publish = runner.publish_events
         real_save = store.save_events
         publishes = 0
 
@@ -267,7 +267,7 @@ async def test_events_that_cannot_be_published_are_kept_in_the_outbox_and_republ
     async with running_service(nats_url, tmp_path, database_url=database_url) as h:
         ctx = h.service.ctx
         assert ctx is not None
-        real_publish = intake.publish_events
+        real_publish = runner.publish_events
 
         async def publish_failing_once(*args: Any) -> Any:
             monkeypatch.setattr(intake, "publish_events", real_publish)
