@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
 from tests.store.test_repo import NOW, record
-from workflow.store.db import WAL_SIZE_LIMIT, WalCheckpointer, create_engine, sqlite_sync_writer
+from workflow.store.db import (
+    WAL_SIZE_LIMIT,
+    SqliteWriteLock,
+    WalCheckpointer,
+    create_engine,
+    sqlite_sync_writer,
+)
 from workflow.store.repo import Store
 
 
@@ -37,7 +44,7 @@ def _wal_size(path: Path) -> int:
 async def test_checkpoints_keep_the_wal_from_growing(tmp_path: Path) -> None:
     path = tmp_path / "hg.db"
     conn = _writer(path)
-    checkpointer = WalCheckpointer(str(path), asyncio.Lock(), interval=0.0)
+    checkpointer = WalCheckpointer(str(path), SqliteWriteLock(str(path)), interval=0.0)
     sizes = []
     for _ in range(20):
         _round(conn)
@@ -65,7 +72,7 @@ async def test_without_checkpoints_the_wal_grows(tmp_path: Path) -> None:
 async def test_checkpoints_are_spaced_by_the_interval(tmp_path: Path) -> None:
     path = tmp_path / "hg.db"
     conn = _writer(path)
-    checkpointer = WalCheckpointer(str(path), asyncio.Lock(), interval=3600.0)
+    checkpointer = WalCheckpointer(str(path), SqliteWriteLock(str(path)), interval=3600.0)
     for _ in range(5):
         _round(conn)
         checkpointer.committed()  # the last checkpoint is "recent": none starts
@@ -86,10 +93,10 @@ async def test_the_service_writer_does_not_checkpoint_in_its_commits(tmp_path: P
     await engine.dispose()
 
 
-async def _write_back_to_back(store: Store, commits: int) -> None:
+async def _write_back_to_back(store: Store, commits: int, name: str = "p") -> None:
     """Commit one proposal after another, as a busy intake does."""
     for n in range(commits):
-        await store.record_intake([record(f"p{n}")], NOW)
+        await store.record_intake([record(f"{name}{n}")], NOW)
         await asyncio.sleep(0)  # the service's loop turns between batches (NATS I/O)
 
 
@@ -114,3 +121,115 @@ async def test_the_wal_starts_over_while_commits_keep_coming(
         assert size < 8 * 1024 * 1024, size
     else:
         assert size > 20 * 1024 * 1024, size
+
+
+# Another process writing the same file, as an intake worker does: its own store, its own
+# checkpointer, the same write lock (the flock beside the database).
+_OTHER_WRITER = """
+import asyncio, sys
+from tests.store.test_checkpoint import _write_back_to_back
+from workflow.store.repo import Store
+
+async def main() -> None:
+    store = await Store.open(sys.argv[1])
+    assert store._checkpointer is not None
+    store._checkpointer.interval = 0.0
+    await _write_back_to_back(store, 800, "q")
+    await store.close()
+
+asyncio.run(main())
+"""
+
+
+async def test_two_processes_writing_keep_the_wal_small_and_the_chain_whole(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "hg.db"
+    url = f"sqlite+aiosqlite:///{path}"
+    store = await Store.open(url)  # migrated before the other process starts, as serve does
+    assert store._checkpointer is not None
+    store._checkpointer.interval = 0.0
+    other = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _OTHER_WRITER, url, cwd=Path(__file__).parents[2]
+    )
+    try:
+        await _write_back_to_back(store, 800)
+        assert await other.wait() == 0
+        size = _wal_size(path)
+        async with store.engine.connect() as conn:
+            count = (await conn.execute(text("SELECT count(*) FROM proposals"))).scalar()
+        assert count == 1600
+        assert (await store.verify_audit()).ok
+    finally:
+        if other.returncode is None:
+            other.kill()
+        await store.close()
+    assert size < 8 * 1024 * 1024, size
+
+
+_HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+async def _hold_in_another_process(path: Path, seconds: float) -> asyncio.subprocess.Process:
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _HOLDER, f"{path}-writer.lock", str(seconds),
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert holder.stdout is not None
+    assert await holder.stdout.readline() == b"locked\n"
+    return holder
+
+
+async def test_the_write_lock_waits_for_another_process_without_blocking_the_loop(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "hg.db"
+    lock = SqliteWriteLock(str(path))
+    holder = await _hold_in_another_process(path, 0.5)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticker = asyncio.create_task(tick())
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with lock:
+        waited = loop.time() - started
+    ticker.cancel()
+    await holder.wait()
+    lock.close()
+    assert waited > 0.3  # it waited for the other process to let go
+    assert ticks > 10  # and the loop went on meanwhile
+
+
+async def test_a_cancelled_wait_for_the_write_lock_does_not_keep_it(tmp_path: Path) -> None:
+    path = tmp_path / "hg.db"
+    lock = SqliteWriteLock(str(path))
+    holder = await _hold_in_another_process(path, 0.3)
+
+    async def take() -> None:
+        async with lock:
+            pass
+
+    waiting = asyncio.create_task(take())
+    await asyncio.sleep(0.1)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await holder.wait()
+    # Neither this process nor another holds it now: a second process gets it at once.
+    again = await _hold_in_another_process(path, 0.0)
+    assert await again.wait() == 0
+    async with lock:
+        pass
+    lock.close()

@@ -33,6 +33,35 @@ class Usage:
     peak_rss_mb: float | None
 
 
+def usage_tree(pid: int) -> Usage:
+    """`usage` of a process and its children together (the service with its intake workers):
+    CPU seconds and RSS summed, peak RSS summed over the processes' own peaks."""
+    total = usage(pid)
+    for child in _children(pid):
+        part = usage(child)
+        total = Usage(_sum(total.cpu, part.cpu), _sum(total.rss_mb, part.rss_mb),
+                      _sum(total.peak_rss_mb, part.peak_rss_mb))  # fmt: skip
+    return total
+
+
+def _sum(a: float | None, b: float | None) -> float | None:
+    return a if b is None else b if a is None else a + b
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
 def usage(pid: int) -> Usage:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -62,7 +91,8 @@ class Child:
         return self.process.pid
 
     def usage(self) -> Usage:
-        return usage(self.pid)
+        """The process's usage, with its children's (the service's intake workers)."""
+        return usage_tree(self.pid)
 
     def check_alive(self) -> None:
         if self.process.poll() is not None:
@@ -90,6 +120,7 @@ def start_service(
     *,
     database_url: str | None = None,
     policy: Path | None = None,
+    intake_processes: int = 1,
 ) -> Child:
     """`headgate serve` against `url` on its own prefix, logging warnings to a file."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -102,6 +133,8 @@ def start_service(
         args += ["--database-url", database_url]
     if policy is not None:
         args += ["--policy", str(policy)]
+    if intake_processes > 1:
+        args += ["--intake-processes", str(intake_processes)]
     with log.open("wb") as out:
         process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
     return Child("service", process, log)

@@ -91,6 +91,7 @@ class BenchConfig:
     approver_key: Path | None = None
     batch: int = 256
     keep: bool = False
+    intake_processes: int = 1
 
 
 @dataclass
@@ -201,7 +202,7 @@ async def start_rig(config: BenchConfig, reporter: Reporter) -> Rig:
         data_dir = tmp / "service"
         service = start_service(
             url, data_dir, subjects.prefix, database_url=config.database_url,
-            policy=config.policy,
+            policy=config.policy, intake_processes=config.intake_processes,
         )  # fmt: skip
         children.append(service)
         relay = start_relay(url, tmp, relay_prefix, config.batch)
@@ -462,6 +463,7 @@ async def run_bench(config: BenchConfig, reporter: Reporter | None = None) -> di
             else "sqlite",
             "nats": "external" if config.nats_url else "embedded",
             "warmup": config.warmup,
+            "intake_processes": config.intake_processes,
         },
     }
     try:

@@ -105,6 +105,12 @@ def bench(
         typer.Option("--approver-key", help="Seed of the bot approver (needed with --policy; "
                      "default: the service's local approver key)."),
     ] = None,
+    intake_processes: Annotated[
+        int,
+        typer.Option("--intake-processes", min=1, max=64, help="The service's intake "
+                     "processes (serve --intake-processes); CPU and memory are summed over "
+                     "them."),
+    ] = 1,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the temporary directory.")] = False,
     json_out: JsonOut = False,
 ) -> None:  # fmt: skip
@@ -119,6 +125,7 @@ def bench(
         nats_url=nats_url, rounds=rounds, duration=duration, count=count, rate=rate,
         mix=Mix.parse(mix), window=window, think=think, soak_minutes=soak, warmup=warmup,
         database_url=database_url, policy=policy, approver_key=approver_key, keep=keep,
+        intake_processes=intake_processes,
     )  # fmt: skip
     result = asyncio.run(run_bench(config, RichReporter()))
     if json_out:

@@ -82,6 +82,22 @@ def serve(
             help="Seconds to keep retrying an unreachable NATS server at start.",
         ),
     ] = 60.0,
+    intake_processes: Annotated[
+        int,
+        typer.Option(
+            "--intake-processes",
+            envvar="HEADGATE_INTAKE_PROCESSES",
+            min=1,
+            max=64,
+            help="Processes running the intake stage (the hot path), this one included: one "
+            "Python process uses one core. Extra processes export metrics on the next ports "
+            "after --metrics-port.",
+        ),
+    ] = 1,
+    intake_worker: Annotated[
+        bool,
+        typer.Option("--intake-worker", hidden=True, help="Run as an extra intake process."),
+    ] = False,
     log_format: Annotated[LogFormat, typer.Option("--log-format")] = LogFormat.console,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
 ) -> None:
@@ -100,6 +116,9 @@ def serve(
         nats_creds=nats_creds,
         metrics_port=metrics_port,
         connect_timeout=connect_timeout,
+        intake_processes=intake_processes,
+        intake_worker=intake_worker,
+        log_options=("--log-format", log_format.value, "--log-level", log_level),
     )
 
     async def main() -> None:

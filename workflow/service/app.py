@@ -27,6 +27,7 @@ from workflow.service.intake import Intake
 from workflow.service.metrics import HealthServer
 from workflow.service.runner import PullStage, RetryPolicy
 from workflow.service.streams import PER_AGENT_BACKLOG, ensure_streams, service_consumers
+from workflow.service.workers import IntakeWorkers, worker_argv
 from workflow.signing import ApproverKey
 from workflow.store.audit import AuditEntry
 from workflow.store.repo import Store
@@ -58,6 +59,12 @@ class Settings:
     nats_password: str | None = None
     nats_creds: str | None = None
     metrics_port: int | None = None
+    #: Processes running the intake stage, this one included (see `workflow.service.workers`).
+    intake_processes: int = 1
+    #: This process is one of those extra intake processes (started by the main one).
+    intake_worker: bool = False
+    #: Logging options handed on to the intake workers' command lines.
+    log_options: tuple[str, ...] = ()
 
     @property
     def db_url(self) -> str:
@@ -165,6 +172,7 @@ class Service:
         self._policy_mtime: float | None = None
         self.health: HealthServer | None = None
         self._lock_fd: int | None = None
+        self.workers: IntakeWorkers | None = None
 
     def _lock_data_dir(self) -> None:
         """One service per data dir: it holds the embedded server's store, the SQLite database
@@ -193,6 +201,11 @@ class Service:
     async def start(self) -> None:
         s = self.settings
         s.data_dir.mkdir(parents=True, exist_ok=True)
+        if s.intake_worker:
+            if not s.nats_url:
+                raise ConfigError("an intake worker needs --nats-url (the main process gives it)")
+            await self._start()  # the main process holds the data dir
+            return
         self._lock_data_dir()
         try:
             await self._start()
@@ -218,39 +231,53 @@ class Service:
             self._stop_embedded()
             raise
         js = nc.jetstream(timeout=10)
-        try:
-            await ensure_streams(
-                js, self.subjects, s.replicas, per_agent_backlog=s.per_agent_backlog
-            )
-        except Exception as exc:
-            await nc.close()
-            await store.close()
-            self._stop_embedded()
-            raise HeadgateError(f"cannot create the JetStream streams: {exc}") from exc
+        if not s.intake_worker:  # a worker starts once the main process has made them
+            try:
+                await ensure_streams(
+                    js, self.subjects, s.replicas, per_agent_backlog=s.per_agent_backlog
+                )
+            except Exception as exc:
+                await nc.close()
+                await store.close()
+                self._stop_embedded()
+                raise HeadgateError(f"cannot create the JetStream streams: {exc}") from exc
         self.ctx = ctx = ServiceContext(
             nc, js, store, self.subjects, policy, retry=RetryPolicy(base_delay=s.retry_base_delay)
-        )
-        await store.append_audit(
-            [AuditEntry("service.start", "headgate", {"policy_revision": policy.revision})],
-            ctx.now(),
         )
         consumers = service_consumers(self.subjects)
         m = ctx.metrics
         self.stages = [
-            PullStage(nc, js, consumers["intake"], Intake(ctx), batch=s.batch, metrics=m),
-            PullStage(nc, js, consumers["collector"], Collector(ctx), batch=64, metrics=m),
-            PullStage(nc, js, consumers["auditor"], Auditor(ctx), batch=64, metrics=m),
+            PullStage(nc, js, consumers["intake"], Intake(ctx), batch=s.batch, metrics=m)
         ]
+        if not s.intake_worker:
+            await store.append_audit(
+                [AuditEntry("service.start", "headgate", {"policy_revision": policy.revision})],
+                ctx.now(),
+            )
+            self.stages += [
+                PullStage(nc, js, consumers["collector"], Collector(ctx), batch=64, metrics=m),
+                PullStage(nc, js, consumers["auditor"], Auditor(ctx), batch=64, metrics=m),
+            ]
         for stage in self.stages:
             self.tasks.append(asyncio.create_task(stage.run(self.stopping)))
-        self.tasks.append(asyncio.create_task(every(s.sweep_interval, "sweep", ctx, self.stopping)))
-        self.tasks.append(
-            asyncio.create_task(every(s.republish_interval, "republish", ctx, self.stopping))
-        )
+        if not s.intake_worker:
+            self.tasks.append(
+                asyncio.create_task(every(s.sweep_interval, "sweep", ctx, self.stopping))
+            )
+            self.tasks.append(
+                asyncio.create_task(every(s.republish_interval, "republish", ctx, self.stopping))
+            )
         if s.policy_path is not None:
             self._policy_mtime = s.policy_path.stat().st_mtime
             self.tasks.append(asyncio.create_task(self._watch_policy()))
-        self.api_subs = await serve_api(ctx)
+        if not s.intake_worker:
+            self.api_subs = await serve_api(ctx)
+            if s.intake_processes > 1:
+                self.workers = IntakeWorkers(
+                    [self._worker_options(i) for i in range(s.intake_processes - 1)],
+                    env={"HEADGATE_NATS_PASSWORD": s.nats_password} if s.nats_password else {},
+                )
+                self.workers.start()
         if s.metrics_port is not None:
             self.health = HealthServer(ctx.metrics, self.readiness, port=s.metrics_port)
             await self.health.start()
@@ -260,12 +287,31 @@ class Service:
         gc.freeze()
         self.ready = True
         log.info(
-            "headgate ready: %d stages, database %s, policy %s (revision %s)",
+            "headgate %s: %d stages, database %s, policy %s (revision %s)",
+            "intake worker ready" if s.intake_worker else "ready",
             len(self.stages),
             _redact(s.db_url),
             s.policy_path or "default",
             policy.revision,
         )
+
+    def _worker_options(self, index: int) -> list[str]:
+        """The command line of intake worker `index` (0-based): this service's settings."""
+        s = self.settings
+        options = [
+            "--nats-url", self.url, "--database-url", s.db_url, "--data-dir", str(s.data_dir),
+            "--prefix", s.prefix, "--default-ttl", str(s.default_ttl),
+            "--connect-timeout", str(s.connect_timeout), *s.log_options,
+        ]  # fmt: skip
+        if s.policy_path is not None:
+            options += ["--policy", str(s.policy_path)]
+        if s.nats_user:
+            options += ["--nats-user", s.nats_user]
+        if s.nats_creds:
+            options += ["--nats-creds", s.nats_creds]
+        if s.metrics_port is not None:  # one scrape target per process: the next ports up
+            options += ["--metrics-port", str(s.metrics_port + index + 1 if s.metrics_port else 0)]
+        return worker_argv(options)
 
     async def readiness(self) -> tuple[bool, dict[str, str]]:
         """Ready = started, connected to NATS, the database answers, the streams exist."""
@@ -340,6 +386,8 @@ class Service:
         """Stop taking new messages, let in-flight batches finish, then close everything."""
         self.ready = False
         self.stopping.set()
+        if self.workers is not None:
+            await self.workers.stop()
         if self.health is not None:
             await self.health.stop()
         for sub in self.api_subs:

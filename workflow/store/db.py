@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -90,9 +92,9 @@ def sqlite_sync_writer(engine: AsyncEngine) -> Engine | None:
         return None
     sync = create_sync_engine(
         url.set(drivername="sqlite"),
-        # One transaction at a time (the store's write lock), on the event loop's thread. The
-        # service is the only writer (the data directory's lock); a lock held by something
-        # else fails the transaction after the busy timeout (the stage retries it later).
+        # One transaction at a time (the store's write lock, which the service's intake
+        # workers share), on the event loop's thread. A lock held by something else fails the
+        # transaction after the busy timeout (the stage retries it later).
         connect_args={"timeout": 10, "check_same_thread": False},
         pool_size=1,
         max_overflow=0,
@@ -125,6 +127,62 @@ def _no_autocheckpoint(dbapi_connection: Any, _record: Any) -> None:
 WAL_SIZE_LIMIT = 64 * 1024 * 1024
 
 
+class SqliteWriteLock:
+    """The write lock of one SQLite file, for the tasks of this process and for other processes.
+
+    SQLite serialises writers itself, but a writer that finds the file locked polls (sleeping
+    1, 2, 5, 10… ms between tries), on the event loop's thread. The service's processes (the
+    main one and its intake workers) instead queue on an `flock` of a file beside the database
+    and are woken the moment it is released; within a process, tasks queue on an asyncio lock
+    first, so at most one of them waits for the file. The checkpointer's last pass holds it too
+    (see `WalCheckpointer`). `path` None (an in-memory database): this process only.
+    """
+
+    def __init__(self, path: str | None):
+        self._local = asyncio.Lock()
+        self._path = f"{path}-writer.lock" if path else None
+        self._fd: int | None = None
+
+    async def __aenter__(self) -> None:
+        await self._local.acquire()
+        try:
+            await self._lock_file()
+        except BaseException:
+            self._local.release()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._local.release()
+
+    async def _lock_file(self) -> None:
+        if self._path is None:
+            return
+        if self._fd is None:
+            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = self._fd
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        # Another process writes: wait in a thread, so the loop goes on meanwhile.
+        waiting = asyncio.ensure_future(asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX))
+        try:
+            await asyncio.shield(waiting)
+        except asyncio.CancelledError:
+            await asyncio.wait([waiting])  # the thread may still get it: give it back
+            if not waiting.cancelled() and waiting.exception() is None:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            raise
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 class WalCheckpointer:
     """Copies the SQLite write-ahead log back into the database file from a worker thread.
 
@@ -138,7 +196,7 @@ class WalCheckpointer:
     to `journal_size_limit` when it restarts.
     """
 
-    def __init__(self, path: str, lock: asyncio.Lock, interval: float = 1.0):
+    def __init__(self, path: str, lock: SqliteWriteLock, interval: float = 1.0):
         self.path = path
         self.lock = lock
         self.interval = interval

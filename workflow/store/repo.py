@@ -7,7 +7,6 @@ instead of meeting `database is locked`; PostgreSQL serialises audit appends on 
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -23,7 +22,13 @@ from workflow.approvals import HeldRequest, RequestState
 from workflow.messages import ApprovalRecord, ApprovalRequirement, canonical_json
 from workflow.store import schema
 from workflow.store.audit import AuditEntry, ChainCheck, chain_hash, verify_chain
-from workflow.store.db import WalCheckpointer, create_engine, migrate, sqlite_sync_writer
+from workflow.store.db import (
+    SqliteWriteLock,
+    WalCheckpointer,
+    create_engine,
+    migrate,
+    sqlite_sync_writer,
+)
 from workflow.store.sqlite_rows import SqliteInserts, dbapi, in_chunks
 
 T = TypeVar("T")
@@ -141,10 +146,16 @@ class Store:
     def __init__(self, engine: AsyncEngine):
         self.engine = engine
         self.dialect = engine.dialect.name
-        self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         # SQLite: write transactions run as one synchronous function (see `_transact`); the
         # async engine keeps serving reads.
         self._sync_writer = sqlite_sync_writer(engine)
+        self._write_lock = (
+            SqliteWriteLock(
+                str(self._sync_writer.url.database) if self._sync_writer is not None else None
+            )
+            if self.dialect == "sqlite"
+            else None
+        )
         self._checkpointer = (
             WalCheckpointer(str(self._sync_writer.url.database), self._write_lock)
             if self._sync_writer is not None and self._write_lock is not None
@@ -182,6 +193,8 @@ class Store:
             await self._checkpointer.close()
         if self._sync_writer is not None:
             self._sync_writer.dispose()
+        if self._write_lock is not None:
+            self._write_lock.close()
         await self.engine.dispose()
 
     # ------------------------------------------------------------------ plumbing

@@ -1,0 +1,107 @@
+"""Intake worker processes (`serve --intake-processes N`): real processes on a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.service.helpers import propose, running_service, wait_until
+from workflow.errors import ConfigError
+from workflow.service.app import Service, Settings
+from workflow.service.workers import IntakeWorkers
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill 0: only count processes that have not exited.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def _released_once(h: object, pids: list[str]) -> None:
+    observer = h.observer  # type: ignore[attr-defined]
+    await wait_until(
+        lambda: asyncio.sleep(0, [p for p in pids if observer.of("released", p)]),
+        lambda done: len(done) == len(pids),
+        timeout=30,
+    )
+    counts = Counter(b["proposal_id"] for b in observer.of("released") if b["proposal_id"] in pids)
+    assert set(counts.values()) == {1}
+
+
+async def test_workers_share_the_intake_and_a_killed_one_is_replaced(
+    nats_url: str, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("workflow.service.workers.RESTART_BACKOFF", 0.5)
+    async with running_service(
+        nats_url, tmp_path, database_url=database_url, intake_processes=3
+    ) as h:
+        workers = h.service.workers
+        assert workers is not None
+        first = workers.pids
+        assert len(first) == 2
+        assert all(_alive(p) for p in first)
+        # The main process's own intake stops: from here on only the workers can release.
+        main_intake = h.service.tasks[0]
+        main_intake.cancel()
+        await asyncio.gather(main_intake, return_exceptions=True)
+        pids = [
+            await propose(h.nc, h.subjects, tool="read_file", arguments={"path": f"f{i}"})
+            for i in range(150)
+        ]
+        await _released_once(h, pids)
+
+        os.kill(first[0], signal.SIGKILL)
+        await wait_until(lambda: asyncio.sleep(0, workers.pids), lambda now: now != first, 10)
+        replaced = workers.pids
+        assert first[0] not in replaced
+        assert first[1] in replaced
+        more = [
+            await propose(h.nc, h.subjects, tool="read_file", arguments={"path": f"g{i}"})
+            for i in range(100)
+        ]
+        await _released_once(h, more)
+        assert h.service.ctx is not None
+        assert (await h.service.ctx.store.verify_audit()).ok
+    # Stopping the service stops its workers.
+    assert not any(_alive(p) for p in replaced)
+
+
+async def test_a_worker_runs_the_intake_only(nats_url: str, tmp_path: Path) -> None:
+    main = Service(Settings(data_dir=tmp_path, nats_url=nats_url, prefix="hgworkeronly"))
+    await main.start()  # the streams and the schema, as the main process makes them
+    worker = Service(
+        Settings(data_dir=tmp_path, nats_url=nats_url, prefix="hgworkeronly", intake_worker=True)
+    )
+    try:
+        await worker.start()  # the data dir is the main process's: a worker does not lock it
+        assert [s.spec.durable for s in worker.stages] == [main.stages[0].spec.durable]
+        assert worker.api_subs == []
+        assert worker.workers is None
+    finally:
+        await worker.stop()
+        await main.stop()
+
+
+async def test_a_worker_needs_the_main_process_nats_url(tmp_path: Path) -> None:
+    worker = Service(Settings(data_dir=tmp_path, intake_worker=True))
+    with pytest.raises(ConfigError, match="--nats-url"):
+        await worker.start()
+
+
+async def test_stopping_kills_a_worker_that_does_not_stop(tmp_path: Path) -> None:
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    workers = IntakeWorkers([["python3", "-c", stubborn]], poll=0.05)
+    workers.start()
+    (pid,) = workers.pids
+    await asyncio.sleep(0.3)
+    await workers.stop(timeout=0.5)
+    assert not _alive(pid)
