@@ -15,6 +15,7 @@ app = typer.Typer(
     name="headgate",
     help="Approval gateway for AI-agent tool calls on NATS JetStream.",
     no_args_is_help=True,
+    rich_markup_mode="markdown",  # help paragraphs reflow to the terminal's width
     pretty_exceptions_enable=False,
     add_completion=False,
 )
