@@ -181,6 +181,18 @@ class Store:
             .with_for_update()
         )
         self._stmt_move_head = update(AUDIT_HEAD).where(AUDIT_HEAD.c.id == 1)
+        # An approval step's statements, built once: the SET clause comes from the parameters
+        # (a handful of shapes, each compiled once), the WHERE values from `b_*` parameters.
+        self._stmt_insert_decision = (
+            self._insert(DECISIONS)
+            .on_conflict_do_nothing(index_elements=["nonce"])
+            .returning(DECISIONS.c.nonce)
+        )
+        self._stmt_step_request = update(REQUESTS).where(
+            REQUESTS.c.request_id == bindparam("b_request_id"),
+            REQUESTS.c.version == bindparam("b_version"),
+        )
+        self._stmt_proposal_status = update(PROPOSALS).where(PROPOSALS.c.id == bindparam("b_id"))
 
     @classmethod
     async def open(cls, url: str) -> Store:
@@ -485,37 +497,29 @@ class Store:
 
     def _commit_step(self, conn: Connection, write: StepWrite, now: datetime) -> bool:
         if write.decision is not None:
-            got = conn.execute(
-                self._insert(DECISIONS)
-                .values(**write.decision)
-                .on_conflict_do_nothing(index_elements=["nonce"])
-                .returning(DECISIONS.c.nonce)
-            )
+            got = conn.execute(self._stmt_insert_decision, write.decision)
             if got.first() is None:
                 return False
         if write.expected_version is not None:
-            values: dict[str, Any] = {"version": write.expected_version + 1}
+            values: dict[str, Any] = {
+                "b_request_id": write.request_id,
+                "b_version": write.expected_version,
+                "version": write.expected_version + 1,
+            }
             if write.requirement is not None:
                 values["requirement"] = write.requirement
             if write.new_state is not None:
                 values["state"] = write.new_state
                 if write.new_state != RequestState.PENDING:
                     values["closed_at"] = now
-            changed = conn.execute(
-                update(REQUESTS)
-                .where(
-                    REQUESTS.c.request_id == write.request_id,
-                    REQUESTS.c.version == write.expected_version,
-                )
-                .values(**values)
-            )
+            changed = conn.execute(self._stmt_step_request, values)
             if changed.rowcount != 1:
                 raise ConcurrentUpdate(write.request_id)
         if write.outcome is not None:
             self._insert_rows(conn, OUTCOMES, [write.outcome])
         if write.proposal_status is not None:
             pid, status = write.proposal_status
-            conn.execute(update(PROPOSALS).where(PROPOSALS.c.id == pid).values(status=status))
+            conn.execute(self._stmt_proposal_status, {"b_id": pid, "status": status})
         self._insert_events_sync(conn, write.events, now)
         self._append_audit_sync(conn, write.audit, now)
         return True
