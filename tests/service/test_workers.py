@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.service.helpers import propose, running_service, wait_until
+from tests.service.test_security import policy_text
 from workflow.errors import ConfigError
 from workflow.service.app import Service, Settings
+from workflow.service.streams import service_consumers
 from workflow.service.workers import IntakeWorkers
 
 
@@ -26,12 +28,12 @@ def _alive(pid: int) -> bool:
         return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
-async def _released_once(h: object, pids: list[str]) -> None:
+async def _released_once(h: object, pids: list[str], timeout: float = 30) -> None:
     observer = h.observer  # type: ignore[attr-defined]
     await wait_until(
         lambda: asyncio.sleep(0, [p for p in pids if observer.of("released", p)]),
         lambda done: len(done) == len(pids),
-        timeout=30,
+        timeout=timeout,
     )
     counts = Counter(b["proposal_id"] for b in observer.of("released") if b["proposal_id"] in pids)
     assert set(counts.values()) == {1}
@@ -68,7 +70,9 @@ async def test_workers_share_the_intake_and_a_killed_one_is_replaced(
             await propose(h.nc, h.subjects, tool="read_file", arguments={"path": f"g{i}"})
             for i in range(100)
         ]
-        await _released_once(h, more)
+        # The server may still hand a message to a pull request of the killed worker: it comes
+        # back after ack_wait (30 s), to a live process.
+        await _released_once(h, more, timeout=60)
         assert h.service.ctx is not None
         assert (await h.service.ctx.store.verify_audit()).ok
     # Stopping the service stops its workers.
@@ -104,4 +108,40 @@ async def test_stopping_kills_a_worker_that_does_not_stop(tmp_path: Path) -> Non
     (pid,) = workers.pids
     await asyncio.sleep(0.3)
     await workers.stop(timeout=0.5)
+    assert not _alive(pid)
+
+
+async def test_sighup_reloads_the_policy_in_the_workers_too(nats_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(policy_text())
+    async with running_service(nats_url, tmp_path, policy_path=path, intake_processes=2) as h:
+        ctx = h.service.ctx
+        assert ctx is not None
+
+        async def reloads() -> int:
+            rows = await ctx.store.audit_rows()
+            return sum(1 for r in rows if r.kind == "policy.reload" and "SIGHUP" in r.data)
+
+        # Both processes pull (the worker installs its signal handlers before it does so).
+        js = h.nc.jetstream()
+        intake = service_consumers(h.subjects)["intake"]
+
+        async def pulling() -> int:
+            info = await js.consumer_info(intake.stream, intake.durable)
+            return info.num_waiting or 0
+
+        await wait_until(pulling, lambda n: n >= 2, timeout=10)
+        h.service._on_sighup()
+        await wait_until(reloads, lambda n: n == 2, timeout=10)  # this process and the worker
+
+
+async def test_a_sighup_before_the_worker_has_its_handler_does_not_kill_it() -> None:
+    workers = IntakeWorkers([["python3", "-c", "import time; time.sleep(30)"]], poll=0.05)
+    workers.start()
+    (pid,) = workers.pids
+    workers.signal(signal.SIGHUP)  # at once: the child has installed no handler of its own
+    await asyncio.sleep(0.5)
+    assert _alive(pid)
+    assert workers.pids == [pid]  # not restarted either
+    await workers.stop(timeout=2)
     assert not _alive(pid)

@@ -173,6 +173,7 @@ class Service:
         self.health: HealthServer | None = None
         self._lock_fd: int | None = None
         self.workers: IntakeWorkers | None = None
+        self._reload: asyncio.Future[bool] | None = None
 
     def _lock_data_dir(self) -> None:
         """One service per data dir: it holds the embedded server's store, the SQLite database
@@ -378,9 +379,13 @@ class Service:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.stopping.set)
-        loop.add_signal_handler(
-            signal.SIGHUP, lambda: asyncio.ensure_future(self.reload_policy("SIGHUP"))
-        )
+        loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
+
+    def _on_sighup(self) -> None:
+        """Reload the policy, here and in the intake workers (they reload their own copy)."""
+        self._reload = asyncio.ensure_future(self.reload_policy("SIGHUP"))
+        if self.workers is not None:
+            self.workers.signal(signal.SIGHUP)
 
     async def stop(self) -> None:
         """Stop taking new messages, let in-flight batches finish, then close everything."""

@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from workflow.service.embedded import _die_with_parent
@@ -71,7 +71,7 @@ class IntakeWorkers:
             list(self.argv[worker.index]),
             stdin=subprocess.DEVNULL,
             env={**os.environ, **self.env},
-            preexec_fn=_die_with_parent(),
+            preexec_fn=_worker_preexec(),  # a prctl call and a signal disposition
         )
         worker.started = time.monotonic()
         log.info("intake worker %d started (pid %d)", worker.index + 1, worker.process.pid)
@@ -95,6 +95,13 @@ class IntakeWorkers:
                 if not self._stopping:
                     self._spawn(worker)
 
+    def signal(self, signum: int) -> None:
+        """Send `signum` to every running worker (SIGHUP: reload the policy)."""
+        for worker in self._workers:
+            if worker.process is not None and worker.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    worker.process.send_signal(signum)
+
     async def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM every worker, wait for them to finish their batch, kill what is left."""
         self._stopping = True
@@ -114,6 +121,21 @@ class IntakeWorkers:
                 log.warning("intake worker pid %d did not stop in time; killing it", process.pid)
                 process.kill()
                 await asyncio.to_thread(process.wait)
+
+
+def _worker_preexec() -> Callable[[], None]:
+    """What runs between fork and exec: die with the main process (Linux), and ignore SIGHUP
+    until the worker has installed its own handler (a policy reload sent while it starts would
+    otherwise kill it; it reads the policy file when it starts anyway). Built before the fork:
+    the child only makes the two system calls."""
+    die = _die_with_parent()
+
+    def preexec() -> None:
+        if die is not None:
+            die()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    return preexec
 
 
 def worker_argv(options: Sequence[str]) -> list[str]:
