@@ -28,3 +28,11 @@ def test_json_lines_carry_the_proposal_and_request_ids() -> None:
 def test_console_lines_end_with_the_ids_and_omit_absent_ones() -> None:
     assert ConsoleFormatter().format(record(proposal_id="p1")).endswith("[proposal_id=p1]")
     assert ConsoleFormatter().format(record()).endswith("decision approve accepted")
+
+
+def test_an_intake_workers_lines_name_the_process() -> None:
+    console = ConsoleFormatter("intake worker pid 42").format(record())
+    assert "headgate.collector [intake worker pid 42]: decision approve accepted" in console
+    data = json.loads(JsonFormatter("intake worker pid 42").format(record()))
+    assert data["process"] == "intake worker pid 42"
+    assert "process" not in json.loads(JsonFormatter().format(record()))

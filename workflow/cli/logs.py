@@ -11,6 +11,12 @@ _FIELDS = ("proposal_id", "request_id", "agent", "stage")
 
 
 class JsonFormatter(logging.Formatter):
+    """One JSON object per line; `process` names the process when it is not the main one."""
+
+    def __init__(self, process: str | None = None) -> None:
+        super().__init__()
+        self.process = process
+
     def format(self, record: logging.LogRecord) -> str:
         out = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(),
@@ -18,6 +24,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        if self.process:
+            out["process"] = self.process
         for key in _FIELDS:
             if getattr(record, key, None) is not None:
                 out[key] = getattr(record, key)
@@ -29,8 +37,9 @@ class JsonFormatter(logging.Formatter):
 class ConsoleFormatter(logging.Formatter):
     """Readable lines, ending with the ids of the proposal or request a line concerns."""
 
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
+    def __init__(self, process: str | None = None) -> None:
+        label = f" [{process}]" if process else ""
+        super().__init__(f"%(asctime)s %(levelname)-7s %(name)s{label}: %(message)s", "%H:%M:%S")
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
@@ -38,9 +47,11 @@ class ConsoleFormatter(logging.Formatter):
         return f"{line} [{' '.join(ids)}]" if ids else line
 
 
-def setup_logging(fmt: str = "console", level: str = "info") -> None:
+def setup_logging(fmt: str = "console", level: str = "info", process: str | None = None) -> None:
+    """`process` labels every line (the intake workers: their lines share the main process's
+    output)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else ConsoleFormatter())
+    handler.setFormatter(JsonFormatter(process) if fmt == "json" else ConsoleFormatter(process))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

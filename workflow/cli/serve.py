@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -102,7 +103,11 @@ def serve(
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
 ) -> None:
     """Run the gateway. Without --nats-url it starts an embedded nats-server with JetStream."""
-    setup_logging(log_format.value, log_level)
+    setup_logging(
+        log_format.value,
+        log_level,
+        process=f"intake worker pid {os.getpid()}" if intake_worker else None,
+    )
     settings = Settings(
         data_dir=data_dir,
         nats_url=nats_url,
