@@ -45,7 +45,7 @@ class _Worker:
 
 @dataclass
 class IntakeWorkers:
-    """Runs `len(workers)` intake processes from one command line each (see `argv`)."""
+    """Runs one intake worker process per command line in `argv` (see `worker_argv`)."""
 
     argv: Sequence[Sequence[str]]
     env: dict[str, str] = field(default_factory=dict)
@@ -93,7 +93,11 @@ class IntakeWorkers:
                 if lived < RESTART_BACKOFF:
                     await asyncio.sleep(RESTART_BACKOFF - lived)
                 if not self._stopping:
-                    self._spawn(worker)
+                    try:
+                        self._spawn(worker)
+                    except OSError as exc:  # tried again at the next poll, after the backoff
+                        worker.started = time.monotonic()
+                        log.error("intake worker %d could not start (%s)", worker.index + 1, exc)
 
     def signal(self, signum: int) -> None:
         """Send `signum` to every running worker (SIGHUP: reload the policy)."""
