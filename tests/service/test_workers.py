@@ -95,6 +95,14 @@ async def test_a_worker_runs_the_intake_only(nats_url: str, tmp_path: Path) -> N
         await main.stop()
 
 
+async def test_several_intake_processes_need_a_shared_database(tmp_path: Path) -> None:
+    service = Service(
+        Settings(data_dir=tmp_path, database_url="sqlite+aiosqlite:///:memory:", intake_processes=2)
+    )
+    with pytest.raises(ConfigError, match="in-memory"):
+        await service.start()
+
+
 async def test_a_worker_needs_the_main_process_nats_url(tmp_path: Path) -> None:
     worker = Service(Settings(data_dir=tmp_path, intake_worker=True))
     with pytest.raises(ConfigError, match="--nats-url"):

@@ -207,6 +207,13 @@ class Service:
                 raise ConfigError("an intake worker needs --nats-url (the main process gives it)")
             await self._start()  # the main process holds the data dir
             return
+        url = s.db_url
+        in_memory = url.startswith("sqlite") and (":memory:" in url or url.rstrip("/")[-1] == ":")
+        if s.intake_processes > 1 and in_memory:
+            raise ConfigError(
+                "--intake-processes above 1 needs a database the processes share: an SQLite "
+                "file or PostgreSQL, not an in-memory database"
+            )
         self._lock_data_dir()
         try:
             await self._start()
