@@ -106,3 +106,15 @@ async def test_the_cli_reports_a_missing_service_clearly(fresh_nats: EmbeddedNat
     assert "no Headgate service answers" in err.decode()
     nc = await nats.connect(fresh_nats.url)
     await nc.close()
+
+
+async def test_the_service_stops_and_closes_its_connection_while_nats_is_down(
+    fresh_nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    service = Service(Settings(data_dir=tmp_path, nats_url=fresh_nats.url, prefix="hgdownstop"))
+    await service.start()
+    assert service.ctx is not None
+    fresh_nats.kill()
+    await asyncio.sleep(0.5)  # the connection is reconnecting now: drain refuses
+    await asyncio.wait_for(service.stop(), 30)
+    assert service.ctx.nc.is_closed  # no reconnect loop left behind

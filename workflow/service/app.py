@@ -409,8 +409,12 @@ class Service:
             await asyncio.gather(*self.tasks, return_exceptions=True)
         if self.ctx is not None:
             await self.ctx.marker.flush()  # the stages are done: write their last marks
+            nc = self.ctx.nc
             with contextlib.suppress(Exception):
-                await self.ctx.nc.drain()
+                await asyncio.wait_for(nc.drain(), 5)
+            if not nc.is_closed:  # NATS unreachable or reconnecting: drain refused, close
+                with contextlib.suppress(Exception):
+                    await nc.close()
             await self.ctx.store.close()
         self._stop_embedded()
         self._unlock_data_dir()

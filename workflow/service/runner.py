@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -265,6 +266,27 @@ class _Puller:
                 pass
 
 
+async def unless_stopped(work: Coroutine[Any, Any, None], stopping: asyncio.Event) -> bool:
+    """Run `work` until it finishes or `stopping` is set (then cancel it); whether it finished.
+    Its exception, if it finished with one, is raised."""
+    task = asyncio.ensure_future(work)
+    stop = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        stop.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False
+
+
 class PullStage:
     """Runs one durable pull consumer: take what has arrived, hand it to the handler, repeat.
 
@@ -292,7 +314,10 @@ class PullStage:
         self.metrics = metrics
 
     async def run(self, stopping: asyncio.Event) -> None:
-        await ensure_consumer(self.js, self.spec)
+        # Creating the consumer retries for up to a minute while NATS is away: a stop request
+        # must not wait for that.
+        if not await unless_stopped(ensure_consumer(self.js, self.spec), stopping):
+            return
         max_ack_pending = consumer_config(self.spec).max_ack_pending or 1000
         puller = _Puller(self.nc, self.spec, min(2 * self.batch, max_ack_pending), self.poll)
         await puller.start()
