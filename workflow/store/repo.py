@@ -54,9 +54,6 @@ _REQUEST_BY_ID = select(REQUESTS).where(
 )
 _NONCE = select(DECISIONS.c.signature).where(DECISIONS.c.nonce == bindparam("nonce"))
 _PARTS = select(
-    PROPOSALS.c.payload, PROPOSALS.c.classification, PROPOSALS.c.verdict, PROPOSALS.c.trace
-).where(PROPOSALS.c.id == bindparam("id"))
-_INTAKE_PARTS = select(
     PROPOSALS.c.id,
     PROPOSALS.c.payload,
     PROPOSALS.c.classification,
@@ -421,7 +418,7 @@ class Store:
                     trace=json.loads(row.trace) if row.trace else None,
                     received_at=row.received_at,
                 )
-                for row in conn.execute(_INTAKE_PARTS, {"ids": ids})
+                for row in conn.execute(_PARTS, {"ids": ids})
             ]
 
         return await self._read(body)
@@ -460,11 +457,11 @@ class Store:
 
     async def proposal_parts(self, proposal_id: str) -> tuple[str, str, str, dict[str, str]] | None:
         """The stored proposal, classification and verdict JSON, and its trace context."""
-        row = await self._read(lambda conn: conn.execute(_PARTS, {"id": proposal_id}).first())
-        if row is None:
+        found = await self.stored_intake([proposal_id])
+        if not found:
             return None
-        trace = json.loads(row.trace) if row.trace else {}
-        return row.payload, row.classification, row.verdict, trace
+        row = found[0]
+        return row.payload, row.classification, row.verdict, row.trace or {}
 
     async def release_exists(self, release_id: str) -> bool:
         async with self.engine.connect() as conn:
