@@ -43,7 +43,7 @@ _PR_SET_PDEATHSIG = 1
 
 
 @cache
-def _die_with_parent() -> Callable[[], None] | None:
+def die_with_parent() -> Callable[[], None] | None:
     """Linux: a pre-exec function that has the kernel SIGTERM the child when its parent dies.
 
     The "parent" is the thread that forks: start the server from a thread that lives as long
@@ -104,7 +104,7 @@ class EmbeddedNats:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            preexec_fn=_die_with_parent(),
+            preexec_fn=die_with_parent(),
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

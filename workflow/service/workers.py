@@ -5,9 +5,10 @@ classify, evaluate, route, one transaction, publish — is where the CPU goes. `
 --intake-processes N` starts N-1 more processes that run the intake stage only, on the same
 durable pull consumer (JetStream spreads the batches over them) and the same database. Nothing
 else changes: every process acks a proposal only after its own commit and PubAcks, the audit
-chain is appended under the database's write lock (SQLite's own lock across processes,
-`FOR UPDATE` on the head row on PostgreSQL), and a redelivery that lands on another process
-finds the row committed and re-sends the same events.
+chain is appended under the database's write lock (on SQLite a lock file all the processes
+queue on, see `workflow.store.db.SqliteWriteLock`; `FOR UPDATE` on the head row on
+PostgreSQL), and a redelivery that lands on another process finds the row committed and
+re-sends the same events.
 
 The main process owns everything else (streams, migrations, collector, sweeper, republisher,
 API) and the workers' lifecycle: it starts them once the database is migrated and the streams
@@ -28,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from workflow.service.embedded import _die_with_parent
+from workflow.service.embedded import die_with_parent
 
 log = logging.getLogger("headgate.workers")
 
@@ -132,7 +133,7 @@ def _worker_preexec() -> Callable[[], None]:
     until the worker has installed its own handler (a policy reload sent while it starts would
     otherwise kill it; it reads the policy file when it starts anyway). Built before the fork:
     the child only makes the two system calls."""
-    die = _die_with_parent()
+    die = die_with_parent()
 
     def preexec() -> None:
         if die is not None:
