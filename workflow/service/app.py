@@ -30,6 +30,7 @@ from workflow.service.streams import PER_AGENT_BACKLOG, ensure_streams, service_
 from workflow.service.workers import IntakeWorkers, worker_argv
 from workflow.signing import ApproverKey
 from workflow.store.audit import AuditEntry
+from workflow.store.db import in_memory_sqlite
 from workflow.store.repo import Store
 from workflow.subjects import Subjects
 
@@ -207,9 +208,7 @@ class Service:
                 raise ConfigError("an intake worker needs --nats-url (the main process gives it)")
             await self._start()  # the main process holds the data dir
             return
-        url = s.db_url
-        in_memory = url.startswith("sqlite") and (":memory:" in url or url.rstrip("/")[-1] == ":")
-        if s.intake_processes > 1 and in_memory:
+        if s.intake_processes > 1 and in_memory_sqlite(s.db_url):
             raise ConfigError(
                 "--intake-processes above 1 needs a database the processes share: an SQLite "
                 "file or PostgreSQL, not an in-memory database"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, event, select, text
+from sqlalchemy import URL, Connection, Engine, event, make_url, select, text
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -83,12 +83,22 @@ def create_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:
     )
 
 
+def in_memory_sqlite(url: str | URL) -> bool:
+    """Whether a database URL names an in-memory SQLite database (private to one connection's
+    process: another engine or process would see another database)."""
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except ArgumentError:  # not a URL at all: `create_engine` says so
+        return False
+    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
+
+
 def sqlite_sync_writer(engine: AsyncEngine) -> Engine | None:
     """A synchronous engine on the same SQLite file, for write transactions run whole as one
     synchronous function (no event-loop round trip per statement). None for PostgreSQL and for
     in-memory databases (another engine would see another database)."""
     url = engine.url
-    if engine.dialect.name != "sqlite" or url.database in (None, "", ":memory:"):
+    if engine.dialect.name != "sqlite" or in_memory_sqlite(url):
         return None
     sync = create_sync_engine(
         url.set(drivername="sqlite"),
