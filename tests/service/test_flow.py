@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from tests.service.helpers import (
     unique_prefix,
     wait_until,
 )
+from workflow.messages import Executed
 from workflow.service import intake, runner
 from workflow.service.background import republish_once
 
@@ -29,6 +30,38 @@ async def test_read_is_released_at_once(nats_url: str, tmp_path: Path, database_
         assert released["tool"] == "read_file"
         assert released["classification"]["risk_class"] == "read"
         assert released["verdict"]["decision"] == "allow"
+
+
+async def test_an_execution_report_must_name_a_release_of_its_proposal(
+    nats_url: str, tmp_path: Path, database_url: str
+) -> None:
+    """An execution report is recorded as `executed` only for the release of its own proposal;
+    another proposal's release id, or one that was never issued, is `executed.unreleased`."""
+    async with running_service(nats_url, tmp_path, database_url=database_url) as h:
+        read = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
+        other = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "b"})
+        (released,) = await h.observer.wait_for("released", read)
+        await h.observer.wait_for("released", other)
+        js = h.nc.jetstream()
+        reports = [
+            (read, released["release_id"]),  # the real one
+            (other, released["release_id"]),  # another proposal's release
+            (read, "rl_never_issued"),
+        ]
+        for pid, release_id in reports:
+            report = Executed(
+                release_id=release_id,
+                proposal_id=pid,
+                agent="agent-1",
+                success=True,
+                finished_at=datetime.now(UTC),
+            )
+            await js.publish(h.subjects.executed("agent-1"), report.model_dump_json().encode())
+        kinds = await wait_until(
+            h.audit_kinds, lambda k: k.count("executed") + k.count("executed.unreleased") == 3
+        )
+        assert kinds.count("executed") == 1
+        assert kinds.count("executed.unreleased") == 2
 
 
 async def test_write_file_is_held_then_released_once_after_approval(

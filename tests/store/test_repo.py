@@ -15,7 +15,7 @@ from workflow.classify.engine import classify
 from workflow.messages import Proposal
 from workflow.policy.engine import evaluate
 from workflow.policy.model import default_policy
-from workflow.service.routing import intake_events, route
+from workflow.service.routing import intake_events, release_id_for, route
 from workflow.store.audit import AuditEntry
 from workflow.store.db import MIGRATIONS, create_engine, migrate
 from workflow.store.repo import AUDIT, ConcurrentUpdate, IntakeRecord, StepWrite, Store
@@ -54,6 +54,71 @@ async def test_migration_2_drops_the_indexes_no_query_reads(database_url: str) -
     assert not unused & left
     assert {"ix_audit_proposal_id", "ix_outbox_unpublished"} <= left  # the ones queries use
     await engine.dispose()
+
+
+async def test_migration_3_drops_the_unique_release_id_and_keeps_the_outcomes(
+    database_url: str,
+) -> None:
+    # A database at version 2 as it was created before: outcomes.release_id UNIQUE.
+    engine = create_engine(database_url)
+    timestamp = "DATETIME" if engine.dialect.name == "sqlite" else "TIMESTAMP WITH TIME ZONE"
+    async with engine.begin() as conn:
+        await conn.run_sync(lambda c: SchemaVersionRow.__table__.create(c))  # type: ignore[attr-defined]
+        await conn.run_sync(MIGRATIONS[0])
+        await conn.run_sync(MIGRATIONS[1])
+        for version in (1, 2):
+            await conn.execute(
+                text("INSERT INTO schema_version (version, applied_at) VALUES (:v, :at)"),
+                {"v": version, "at": NOW},
+            )
+        await conn.execute(text("DROP TABLE outcomes"))
+        await conn.execute(
+            text(
+                "CREATE TABLE outcomes (proposal_id VARCHAR(200) NOT NULL, "
+                "outcome VARCHAR(16) NOT NULL, release_id VARCHAR(200), reason VARCHAR NOT NULL, "
+                f"at {timestamp} NOT NULL, PRIMARY KEY (proposal_id), UNIQUE (release_id))"
+            )
+        )
+    store = Store(engine)
+    await store.record_intake(
+        [record("p1", tool="read_file"), record("p2", tool="delete_file", path="build/out.o")], NOW
+    )
+    async with engine.connect() as conn:
+        before = (await conn.execute(text("SELECT * FROM outcomes ORDER BY proposal_id"))).all()
+    assert [row.proposal_id for row in before] == ["p1", "p2"]
+
+    assert await migrate(engine) == len(MIGRATIONS)
+    assert await migrate(engine) == len(MIGRATIONS)  # a second run changes nothing
+    async with engine.connect() as conn:
+        after = (await conn.execute(text("SELECT * FROM outcomes ORDER BY proposal_id"))).all()
+    assert after == before
+    assert await store.release_exists("p1", release_id_for("p1"))
+    assert not await store.release_exists("p2", release_id_for("p2"))  # denied: no release
+    assert not await store.release_exists("p2", release_id_for("p1"))  # another's release
+    # No unique index on release_id is left: a second row with the same release id is accepted
+    # by the database (the id is derived from the primary key, which keeps it unique).
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO outcomes (proposal_id, outcome, release_id, reason, at) "
+                "VALUES ('p3', 'released', :rid, '', :at)"
+            ),
+            {"rid": release_id_for("p1"), "at": NOW},
+        )
+    await engine.dispose()
+
+
+async def test_a_new_database_has_no_unique_release_id(store: Store) -> None:
+    await store.record_intake([record("p1", tool="read_file")], NOW)
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO outcomes (proposal_id, outcome, release_id, reason, at) "
+                "VALUES ('p2', 'released', :rid, '', :at)"
+            ),
+            {"rid": release_id_for("p1"), "at": NOW},
+        )
+    assert await store.release_exists("p1", release_id_for("p1"))
 
 
 async def _indexes(engine: AsyncEngine) -> set[str]:

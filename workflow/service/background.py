@@ -137,12 +137,13 @@ class Auditor:
         report = Executed.model_validate_json(msg.data)
         agent = ctx.subjects.token_after(msg.subject, "executed")
         now = ctx.now()
-        released = await ctx.store.release_exists(report.release_id)
+        released = await ctx.store.release_exists(report.proposal_id, report.release_id)
         if agent != report.agent or not released:
             why = (
                 f"agent {agent} reported for agent {report.agent}"
                 if agent != report.agent
-                else f"no release {report.release_id} exists: the call ran without a release"
+                else f"no release {report.release_id} of proposal {report.proposal_id} exists: "
+                "the call ran without a release"
             )
             await ctx.store.append_audit(
                 [

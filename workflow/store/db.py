@@ -52,7 +52,30 @@ def _v2(conn: Connection) -> None:
         conn.execute(text(f"DROP INDEX IF EXISTS {index}"))
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2]
+def _v3(conn: Connection) -> None:
+    # outcomes.release_id loses its UNIQUE constraint: the id is derived from the proposal id
+    # (the primary key), and the index of a random key wrote one more page per intake commit.
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("ALTER TABLE outcomes DROP CONSTRAINT IF EXISTS outcomes_release_id_key"))
+        return
+    unique = conn.execute(
+        text("SELECT 1 FROM pragma_index_list('outcomes') WHERE \"unique\" AND origin = 'u'")
+    ).first()
+    if unique is None:
+        return
+    # SQLite cannot drop a column constraint: rebuild the table in this transaction.
+    conn.execute(text("ALTER TABLE outcomes RENAME TO outcomes_before_v3"))
+    schema.OutcomeRow.__table__.create(conn)  # type: ignore[attr-defined]
+    conn.execute(
+        text(
+            "INSERT INTO outcomes (proposal_id, outcome, release_id, reason, at) "
+            "SELECT proposal_id, outcome, release_id, reason, at FROM outcomes_before_v3"
+        )
+    )
+    conn.execute(text("DROP TABLE outcomes_before_v3"))
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3]
 
 
 def create_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:

@@ -463,12 +463,13 @@ class Store:
         row = found[0]
         return row.payload, row.classification, row.verdict, row.trace or {}
 
-    async def release_exists(self, release_id: str) -> bool:
+    async def release_exists(self, proposal_id: str, release_id: str) -> bool:
+        """Whether `proposal_id` was released as `release_id`."""
+        query = select(OUTCOMES.c.proposal_id).where(
+            OUTCOMES.c.proposal_id == proposal_id, OUTCOMES.c.release_id == release_id
+        )
         async with self.engine.connect() as conn:
-            found = await conn.execute(
-                select(OUTCOMES.c.proposal_id).where(OUTCOMES.c.release_id == release_id)
-            )
-            return found.first() is not None
+            return (await conn.execute(query)).first() is not None
 
     async def due_requests(self, now: datetime, limit: int = 200) -> list[tuple[HeldRequest, int]]:
         query = (

@@ -1,9 +1,11 @@
 """The database tables (sqlmodel), shared by SQLite and PostgreSQL.
 
 Uniqueness carries the exactly-once guarantees: one proposal row per proposal id, one request per
-proposal, one terminal outcome per proposal, one decision per nonce, one execution report per
-release. Every event Headgate publishes is first written to `outbox` in the same transaction as
-the state change it reports, then published with its `msg_id` as `Nats-Msg-Id`.
+proposal, one terminal outcome per proposal (and so one release: its id is derived from the
+proposal id), one decision per nonce, one execution report per release. Every event of an
+approval step, expiry or cancellation is first written to `outbox` in the same transaction as the
+state change it reports, then published with its `msg_id` as `Nats-Msg-Id`; the intake's events
+are rebuilt from the proposal's row instead (see `repo.IntakeRecord`).
 """
 
 from __future__ import annotations
@@ -105,13 +107,17 @@ class DecisionRow(SQLModel, table=True):
 
 
 class OutcomeRow(SQLModel, table=True):
-    """The one terminal outcome of a proposal."""
+    """The one terminal outcome of a proposal.
+
+    `release_id` is derived from the proposal id (`routing.release_id_for`), so the primary key
+    makes it unique; it has no index of its own (a random key costs every intake commit a page),
+    releases are looked up by proposal id."""
 
     __tablename__ = "outcomes"
 
     proposal_id: str = Field(primary_key=True, max_length=200)
     outcome: str = Field(max_length=16)
-    release_id: str | None = Field(default=None, unique=True, max_length=200)
+    release_id: str | None = Field(default=None, max_length=200)
     reason: str
     at: datetime = _ts()
 
