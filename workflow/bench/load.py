@@ -203,8 +203,8 @@ class BotApprover:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def on_inbox(self, body: dict[str, Any]) -> None:
-        if not str(body.get("proposal_id", "")).startswith("hgb"):
-            return  # not ours
+        if not str(body.get("proposal_id", "")).rpartition("-")[2].startswith("hgb"):
+            return  # not ours (the load's ids end with its tag)
         if self.think > 0:
             task = asyncio.create_task(self._later(body))
             self._tasks.add(task)
@@ -270,7 +270,9 @@ async def drive(
     async def one(n: int) -> None:
         kind = kinds[n % 4096]
         agent = AGENTS[n % len(AGENTS)]
-        pid = f"{load.tag}-{n}"
+        # Random first, as agents' uuid4 ids are: every insert lands somewhere else in the
+        # primary-key indexes (sequential ids would flatter the database's write cost).
+        pid = f"{uuid.uuid4().hex[:20]}-{load.tag}"
         data = proposal_json(pid, agent, kind, n)
         tracker.sent(pid, kind, perf_counter())
         fut = await js.publish_async(subject_for(agent), data, headers={"Nats-Msg-Id": pid})
