@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -233,3 +234,39 @@ async def test_a_cancelled_wait_for_the_write_lock_does_not_keep_it(tmp_path: Pa
     async with lock:
         pass
     lock.close()
+
+
+async def test_closing_waits_for_a_checkpoint_still_running_in_its_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancelled checkpoint task leaves its pass running in the worker thread: closing must
+    wait for that thread before it closes the connection, and start no checkpoint after."""
+    path = tmp_path / "hg.db"
+    conn = _writer(path)
+    _round(conn)
+    checkpointer = WalCheckpointer(str(path), SqliteWriteLock(str(path)), interval=0.0)
+    running, release = threading.Event(), threading.Event()
+    passes: list[str] = []
+    real = WalCheckpointer._checkpoint
+
+    def slow_checkpoint(self: WalCheckpointer) -> None:
+        passes.append("start")
+        running.set()
+        release.wait(5)
+        real(self)
+        passes.append("end")
+
+    monkeypatch.setattr(WalCheckpointer, "_checkpoint", slow_checkpoint)
+    checkpointer.committed()
+    await asyncio.to_thread(running.wait, 5)
+    assert checkpointer._task is not None
+    checkpointer._task.cancel()  # as when the loop shuts down under it
+    closing = asyncio.create_task(checkpointer.close())
+    await asyncio.sleep(0.2)
+    assert not closing.done()  # the thread is still in its pass
+    checkpointer.committed()  # closing: no new checkpoint starts
+    release.set()
+    await asyncio.wait_for(closing, 5)
+    assert passes == ["start", "end"]
+    assert checkpointer._conn is None
+    conn.close()

@@ -235,10 +235,12 @@ class WalCheckpointer:
         self.interval = interval
         self._last = time.monotonic()
         self._task: asyncio.Task[None] | None = None
+        self._thread: asyncio.Future[None] | None = None  # the pass running in a worker thread
+        self._closing = False
         self._conn: sqlite3.Connection | None = None
 
     def committed(self) -> None:
-        if self._task is not None and not self._task.done():
+        if self._closing or (self._task is not None and not self._task.done()):
             return
         now = time.monotonic()
         if now - self._last < self.interval:
@@ -250,14 +252,18 @@ class WalCheckpointer:
     async def _run(self) -> None:
         # First copy what is there while commits go on, then the few frames they added with
         # the lock held: writers wait for a short copy and sync, not for the whole log's.
-        await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(self._checkpoint)))
+        await asyncio.shield(self._pass())
         async with self.lock:
-            done = asyncio.ensure_future(asyncio.to_thread(self._checkpoint))
+            done = self._pass()
             try:
                 await asyncio.shield(done)
             except asyncio.CancelledError:
                 await asyncio.wait([done])  # keep the lock until the thread is finished
                 raise
+
+    def _pass(self) -> asyncio.Future[None]:
+        self._thread = asyncio.ensure_future(asyncio.to_thread(self._checkpoint))
+        return self._thread
 
     def _checkpoint(self) -> None:
         if self._conn is None:
@@ -265,8 +271,15 @@ class WalCheckpointer:
         self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     async def close(self) -> None:
+        """Start no more checkpoints; wait for the running one, then close the connection.
+
+        The thread is waited for, not only the task: a cancelled task leaves its shielded pass
+        running, and closing the connection under a statement in another thread would crash."""
+        self._closing = True
         if self._task is not None:
             await asyncio.wait([self._task])
+        if self._thread is not None:
+            await asyncio.wait([self._thread])
         if self._conn is not None:
             self._conn.close()
             self._conn = None
