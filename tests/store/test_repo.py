@@ -97,28 +97,25 @@ async def test_migration_3_drops_the_unique_release_id_and_keeps_the_outcomes(
     assert not await store.release_exists("p2", release_id_for("p1"))  # another's release
     # No unique index on release_id is left: a second row with the same release id is accepted
     # by the database (the id is derived from the primary key, which keeps it unique).
-    async with engine.begin() as conn:
-        await conn.execute(
-            text(
-                "INSERT INTO outcomes (proposal_id, outcome, release_id, reason, at) "
-                "VALUES ('p3', 'released', :rid, '', :at)"
-            ),
-            {"rid": release_id_for("p1"), "at": NOW},
-        )
+    await _insert_released(engine, "p3", release_id_for("p1"))
     await engine.dispose()
 
 
 async def test_a_new_database_has_no_unique_release_id(store: Store) -> None:
     await store.record_intake([record("p1", tool="read_file")], NOW)
-    async with store.engine.begin() as conn:
+    await _insert_released(store.engine, "p2", release_id_for("p1"))
+    assert await store.release_exists("p1", release_id_for("p1"))
+
+
+async def _insert_released(engine: AsyncEngine, proposal_id: str, release_id: str) -> None:
+    async with engine.begin() as conn:
         await conn.execute(
             text(
                 "INSERT INTO outcomes (proposal_id, outcome, release_id, reason, at) "
-                "VALUES ('p2', 'released', :rid, '', :at)"
+                "VALUES (:pid, 'released', :rid, '', :at)"
             ),
-            {"rid": release_id_for("p1"), "at": NOW},
+            {"pid": proposal_id, "rid": release_id, "at": NOW},
         )
-    assert await store.release_exists("p1", release_id_for("p1"))
 
 
 async def _indexes(engine: AsyncEngine) -> set[str]:

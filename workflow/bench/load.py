@@ -62,6 +62,19 @@ class Mix:
 
 READS_ONLY = Mix(1.0, 0.0, 0.0)
 
+#: Every load tag starts with this; a proposal id ends with its load's tag.
+TAG_PREFIX = "hgb"
+
+
+def bench_proposal_id(tag: str) -> str:
+    """Random first, as agents' uuid4 ids are: every insert lands somewhere else in the
+    primary-key indexes (sequential ids would flatter the database's write cost)."""
+    return f"{uuid.uuid4().hex[:20]}-{tag}"
+
+
+def is_bench_proposal(proposal_id: str) -> bool:
+    return proposal_id.rpartition("-")[2].startswith(TAG_PREFIX)
+
 
 def proposal_json(pid: str, agent: str, kind: str, n: int) -> bytes:
     """A small proposal like an agent's: a read, an approvable write or a denied delete."""
@@ -203,8 +216,8 @@ class BotApprover:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def on_inbox(self, body: dict[str, Any]) -> None:
-        if not str(body.get("proposal_id", "")).rpartition("-")[2].startswith("hgb"):
-            return  # not ours (the load's ids end with its tag)
+        if not is_bench_proposal(str(body.get("proposal_id", ""))):
+            return  # not ours
         if self.think > 0:
             task = asyncio.create_task(self._later(body))
             self._tasks.add(task)
@@ -270,9 +283,7 @@ async def drive(
     async def one(n: int) -> None:
         kind = kinds[n % 4096]
         agent = AGENTS[n % len(AGENTS)]
-        # Random first, as agents' uuid4 ids are: every insert lands somewhere else in the
-        # primary-key indexes (sequential ids would flatter the database's write cost).
-        pid = f"{uuid.uuid4().hex[:20]}-{load.tag}"
+        pid = bench_proposal_id(load.tag)
         data = proposal_json(pid, agent, kind, n)
         tracker.sent(pid, kind, perf_counter())
         fut = await js.publish_async(subject_for(agent), data, headers={"Nats-Msg-Id": pid})

@@ -34,7 +34,17 @@ from typing import Any, Protocol
 import nats
 from nats.aio.client import Client as NATS
 
-from workflow.bench.load import READS_ONLY, BotApprover, Load, Mix, Observer, Tracker, drive, settle
+from workflow.bench.load import (
+    READS_ONLY,
+    TAG_PREFIX,
+    BotApprover,
+    Load,
+    Mix,
+    Observer,
+    Tracker,
+    drive,
+    settle,
+)
 from workflow.bench.procs import (
     Child,
     Usage,
@@ -220,7 +230,7 @@ async def start_rig(config: BenchConfig, reporter: Reporter) -> Rig:
         await obs_nc.flush()
         reporter.say(f"service pid {service.pid} (prefix {subjects.prefix}), relay pid {relay.pid}")
         return Rig(url, tmp, subjects, relay_prefix, service, relay, nc, obs_nc, observer, bot,
-                   embedded, tag=f"hgb{run}")  # fmt: skip
+                   embedded, tag=f"{TAG_PREFIX}{run}")  # fmt: skip
     except BaseException:
         stop_all(children)
         if embedded is not None:
