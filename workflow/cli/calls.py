@@ -32,10 +32,19 @@ from workflow.cli.common import (
     parse_json_option,
     print_json,
 )
-from workflow.client.display import mask_secrets
+from workflow.cli.inbox import render_entries
+from workflow.client.approver import Approver
+from workflow.client.display import (
+    INTENT_LABEL,
+    intent_text,
+    mask_text,
+    masked_entry,
+    masked_history,
+    target_of,
+)
+from workflow.client.verify import ShownRequest, check_digest
 from workflow.errors import ConfigError, describe_invalid
 from workflow.messages import (
-    ApprovalDecision,
     DecisionVerdict,
     GetQuery,
     PendingQuery,
@@ -182,7 +191,8 @@ async def _propose(
             )
         else:
             console.print(
-                f"[red]{escape(body['outcome'])}[/] {escape(proposal.id)}: {escape(body['reason'])}"
+                f"[red]{escape(body['outcome'])}[/] {escape(proposal.id)}: "
+                + escape(mask_text(body["reason"]))
             )
         return 0 if kind == "released" else EXIT_BLOCKED
 
@@ -204,44 +214,16 @@ def pending(
             return await api_call(nc, Subjects(prefix), "pending", query, PendingReply)
 
     reply = asyncio.run(run())
-    if json_out:
-        print_json(reply)
+    if json_out:  # secrets masked for scripts too: a person reads what they print
+        print_json(PendingReply(items=[masked_entry(e) for e in reply.items]))
         return
     if not reply.items:
         console.print("nothing pending")
         return
-    table = Table(title=f"{len(reply.items)} pending", show_lines=True)
-    for col in (
-        "request",
-        "agent / workspace",
-        "tool",
-        "arguments",
-        "risk",
-        "reasons",
-        "approvals",
-        "age",
-        "expires in",
-    ):
-        table.add_column(col, overflow="fold")
-    for it in reply.items:
-        table.add_row(
-            *(
-                Text(str(cell))
-                for cell in (
-                    it.request_id,
-                    f"{it.agent} / {it.workspace}",
-                    it.tool,
-                    json.dumps(mask_secrets(it.arguments), ensure_ascii=False)[:200],
-                    f"{it.risk_class} ({it.severity})",
-                    "\n".join(it.reasons),
-                    f"{len(it.approvals)}/{it.requirement.approvals_needed}"
-                    + (f" ({', '.join(it.approvals)})" if it.approvals else ""),
-                    _ago(it.created_at),
-                    _span(int((it.expires_at - datetime.now(UTC)).total_seconds())),
-                )
-            )
-        )
-    console.print(table)
+    console.print(Text(f"{len(reply.items)} pending, oldest first", style="bold"))
+    console.print()
+    for block in render_entries(reply.items, datetime.now(UTC)):
+        console.print(block)
 
 
 def _decide(
@@ -258,46 +240,49 @@ def _decide(
     signer = load_key(key, data_dir)
     subjects = Subjects(prefix)
 
-    async def run() -> tuple[bool, str]:
+    async def run() -> tuple[bool, str, str]:
         async with connected(nats_url, data_dir) as nc:
             history = await api_call(nc, subjects, "get", GetQuery(id=ident), ProposalHistory)
             if history.request_id is None:
-                return False, f"{ident} was never held for approval (it was {history.status})."
+                return False, f"{ident} was never held for approval (it was {history.status}).", ""
             if history.status != "pending":
-                return False, f"request {history.request_id} is already {history.status}."
-            decision = signer.sign_decision(
-                ApprovalDecision(
-                    request_id=history.request_id,
-                    proposal_digest=history.proposal_digest,
-                    verdict=verdict,
-                    approver=approver or getpass.getuser(),
-                    reason=reason,
-                    nonce=uuid.uuid4().hex,
-                    issued_at=datetime.now(UTC),
+                return False, f"request {history.request_id} is already {history.status}.", ""
+            # What is signed is the digest of the proposal printed here, or nothing.
+            shown = ShownRequest(history.request_id, history.proposal, history.proposal_digest)
+            check_digest(shown.request_id, shown.proposal, shown.proposal_digest)
+            what = _what(history)
+            if not json_out:
+                console.print(Text(f"{verdict.value} {what}"))
+            client = Approver(nc, name=approver or getpass.getuser(), key=signer, prefix=prefix)
+            result = await client.decide(shown, verdict, reason, timeout=5.0)
+            if result.accepted is None:
+                return (
+                    False,
+                    "the decision was published but the service has not processed it yet.",
+                    what,
                 )
-            )
-            await nc.jetstream().publish(
-                subjects.decisions(history.request_id),
-                decision.model_dump_json().encode(),
-                headers={"Nats-Msg-Id": f"decision:{decision.nonce}"},
-            )
-            for _ in range(50):
-                await asyncio.sleep(0.1)
-                after = await api_call(nc, subjects, "get", GetQuery(id=ident), ProposalHistory)
-                for event in after.events:
-                    if event.data.get("nonce") == decision.nonce:
-                        ok = event.kind == "decision.accepted"
-                        message = str(event.data.get("message") or event.summary)
-                        return ok, f"{message} Request {history.request_id} is now {after.status}."
-            return False, "the decision was published but the service has not processed it yet."
+            message = f"{result.message} Request {history.request_id} is now {result.status}."
+            return result.accepted, mask_text(message), what
 
-    ok, message = asyncio.run(run())
+    ok, message, what = asyncio.run(run())
     if json_out:
-        print_json({"accepted": ok, "message": message})
+        print_json({"accepted": ok, "message": message, "request": what})
     else:
         console.print(("[green]accepted:[/] " if ok else "[red]refused:[/] ") + escape(message))
     if not ok:
         raise typer.Exit(1)
+
+
+def _what(h: ProposalHistory) -> str:
+    """One line naming the call a decision is about (secrets masked), with the agent's intent."""
+    p, c = h.proposal, h.classification
+    target = target_of(p.arguments)
+    line = (
+        f"{p.agent} wants {p.tool}" + (f" `{target}`" if target else "")
+        + f" in {p.workspace} — {c.risk_class} ({c.severity}), request {h.request_id}"
+    )  # fmt: skip
+    said = intent_text(p.intent)
+    return f'{line}; {INTENT_LABEL}: "{said}"' if said else line
 
 
 def approve(
@@ -347,7 +332,7 @@ def show(
         async with connected(nats_url, data_dir) as nc:
             return await api_call(nc, Subjects(prefix), "get", GetQuery(id=ident), ProposalHistory)
 
-    h = asyncio.run(run())
+    h = masked_history(asyncio.run(run()))
     if json_out:
         print_json(h)
         return
@@ -355,10 +340,10 @@ def show(
     console.print(
         f"[bold]{escape(p.id)}[/]  {p.agent} / {p.workspace}  status: [bold]{h.status}[/]"
     )
-    arguments = json.dumps(mask_secrets(p.arguments), ensure_ascii=False)
+    arguments = json.dumps(p.arguments, ensure_ascii=False)
     console.print(Text(f"tool {p.tool}  arguments {arguments}"))
     if p.intent:
-        console.print(Text(f"intent (not trusted): {p.intent}"))
+        console.print(Text(f'intent — {INTENT_LABEL}: "{p.intent}"'))
     console.print(
         f"risk: {c.risk_class} ({c.severity})"
         + (f" categories {', '.join(c.categories)}" if c.categories else "")
