@@ -34,7 +34,7 @@ from workflow.messages import (
     ProposalHistory,
     Verdict,
 )
-from workflow.service.routing import request_id_for
+from workflow.routing import request_id_for
 from workflow.service.streams import ensure_streams
 from workflow.subjects import Subjects
 

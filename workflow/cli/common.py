@@ -18,8 +18,8 @@ from rich.console import Console
 
 from workflow.client import connection, transport
 from workflow.client.connection import Role, resolve_nats
+from workflow.datadir import LOCAL_KEY_FILE
 from workflow.errors import ConfigError, ConnectError
-from workflow.service.app import LOCAL_KEY_FILE
 from workflow.signing import ApproverKey
 from workflow.subjects import Subjects
 

@@ -25,7 +25,7 @@ from workflow.client import transport
 from workflow.client.connection import DEFAULT_CONNECT_TIMEOUT, NatsTarget, Role, resolve_nats
 from workflow.client.errors import NoLedger, NotProcessed, ResultTimeout, ToolBlocked
 from workflow.client.ledger import Ledger
-from workflow.client.results import Event, Outcome, ResultRouter, Watch
+from workflow.client.results import Event, OutcomeEvent, ResultRouter, Watch
 from workflow.client.worker import (
     ACK_WAIT,
     BlockedHandler,
@@ -48,12 +48,11 @@ from workflow.messages import (
     ToolDefinition,
     Verdict,
 )
+from workflow.outcomes import PENDING, Outcome, is_terminal
 from workflow.subjects import Subjects
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-TERMINAL = frozenset({"released", "denied", "rejected", "expired", "cancelled"})
 
 
 @dataclass
@@ -64,10 +63,10 @@ class Ticket:
     proposal: Proposal
     classification: Classification
     verdict: Verdict
-    status: str = "pending"
+    status: str = PENDING
     request_id: str | None = None
     expires_at: datetime | None = None
-    _outcome: Outcome | None = field(default=None, repr=False)
+    _outcome: OutcomeEvent | None = field(default=None, repr=False)
     #: Keeps this proposal's watch alive while the outcome is awaited (see `ResultRouter`).
     _watch: Watch | None = field(default=None, repr=False)
 
@@ -80,7 +79,7 @@ class Ticket:
         """True when the call waits for approvals."""
         return self.verdict.decision == Decision.REQUIRE_APPROVAL
 
-    async def result(self, timeout: float | None = None) -> Outcome:
+    async def result(self, timeout: float | None = None) -> OutcomeEvent:
         """`Released` (run the call with its `arguments`) or `Blocked` (`outcome`, `reason`).
 
         Raises `ResultTimeout` when nothing happened within `timeout` seconds.
@@ -237,7 +236,11 @@ class Headgate:
         if isinstance(event, Held):
             ticket.request_id, ticket.expires_at = event.request_id, event.expires_at
         elif isinstance(event, Released):
-            ticket.status, ticket.request_id, ticket._outcome = "released", event.request_id, event
+            ticket.status, ticket.request_id, ticket._outcome = (
+                Outcome.RELEASED,
+                event.request_id,
+                event,
+            )
         else:
             ticket.status, ticket.request_id, ticket._outcome = (
                 event.outcome,
@@ -262,13 +265,13 @@ class Headgate:
         ticket._watch = watch
         return ticket
 
-    async def _outcome_of(self, ticket: Ticket, timeout: float | None) -> Outcome:
+    async def _outcome_of(self, ticket: Ticket, timeout: float | None) -> OutcomeEvent:
         watch = ticket._watch = ticket._watch or self.router.watch(ticket.proposal_id)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         status = ticket.status
         while True:
-            if status in TERMINAL and not watch.outcome.done():
+            if is_terminal(status) and not watch.outcome.done():
                 # It ended before this client listened (or the event was lost): read it back.
                 since = ticket.proposal.created_at or datetime.now(UTC)
                 found = await self.router.find(ticket.proposal_id, since)

@@ -29,7 +29,8 @@ from workflow.subjects import Subjects
 
 log = logging.getLogger("headgate.client")
 
-Outcome = Released | Blocked
+#: The terminal event of a proposal (its `outcomes.Outcome` is `released` or a blocked one).
+OutcomeEvent = Released | Blocked
 Event = Held | Released | Blocked
 
 #: Seconds between the server's heartbeats on an idle results consumer; two missed ones make
@@ -67,7 +68,7 @@ class Watch:
     """What a client waits for about one proposal."""
 
     first: asyncio.Future[Event]
-    outcome: asyncio.Future[Outcome]
+    outcome: asyncio.Future[OutcomeEvent]
 
 
 @dataclass
@@ -189,7 +190,7 @@ class ResultRouter:
 
     async def find(
         self, proposal_id: str, since: datetime, timeout: float = 10.0
-    ) -> Outcome | None:
+    ) -> OutcomeEvent | None:
         """Read this agent's results from `since` (minus clock slack) for the proposal's outcome."""
         js = self.nc.jetstream()
         config = ConsumerConfig(
