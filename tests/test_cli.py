@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -230,3 +231,23 @@ def test_a_second_serve_in_the_same_data_dir_is_refused(
     assert f"another headgate serve (pid {proc.pid}) is running" in second.stderr
     # The first one is untouched and still answers.
     assert cli(cwd, "pending").returncode == 0
+
+
+def test_keys_show_prints_the_public_key_of_an_existing_seed(tmp_path: Path) -> None:
+    created = cli(tmp_path, "keys", "new", "alice")
+    (public,) = [line.split()[-1] for line in created.stdout.splitlines() if "public key" in line]
+    shown = cli(tmp_path, "keys", "show", "alice.seed")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == f"{public}\n"
+    (tmp_path / "junk.seed").write_text("not a seed\n")
+    for bad, message in (("junk.seed", "not a valid nkeys seed"), ("none.seed", "cannot read")):
+        refused = cli(tmp_path, "keys", "show", bad)
+        assert refused.returncode == 2
+        (line,) = refused.stderr.splitlines()
+        assert message in line
+
+
+def test_version_prints_the_installed_version(tmp_path: Path) -> None:
+    shown = cli(tmp_path, "--version")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == f"headgate {version('headgate')}\n"

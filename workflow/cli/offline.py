@@ -148,6 +148,14 @@ def keys_new(
     )
 
 
+@keys_app.command("show")
+def keys_show(
+    seed: Annotated[Path, typer.Argument(metavar="SEED", help="An approver seed file (SU…).")],
+) -> None:
+    """Print the public key of an existing seed (the `key` to register in the policy)."""
+    sys.stdout.write(ApproverKey.from_file(seed).public_key + "\n")
+
+
 audit_app = typer.Typer(help="The tamper-evident audit log.", no_args_is_help=True)
 
 DbOpt = Annotated[
