@@ -21,6 +21,7 @@ from workflow.cli.common import (
     api_call,
     connected,
     console,
+    err_console,
     print_json,
 )
 from workflow.errors import ConfigError, describe_invalid
@@ -41,6 +42,7 @@ from workflow.policy.catalog import (
     pin_tools,
     review_catalog,
 )
+from workflow.policy.coverage import approval_gaps
 from workflow.policy.engine import evaluate
 from workflow.policy.explain import explain_data, explain_lines
 from workflow.policy.load import load_policy
@@ -77,9 +79,13 @@ def policy_check(
     """Validate a policy file; with --tools, list every tool that is not a pure read and has
     no explicit entry (exit 1 when there is one)."""
     policy = load_policy(file)
+    gaps = [gap.sentence() for gap in approval_gaps(policy)]
+    if not json_out:
+        for gap in gaps:
+            err_console.print(f"[yellow]warning:[/] {escape(gap)}", highlight=False)
     if tools is None:
         if json_out:
-            print_json({"ok": True, "revision": policy.revision})
+            print_json({"ok": True, "revision": policy.revision, "warnings": gaps})
         else:
             console.print(f"[green]{file} is valid[/] (revision {policy.revision})")
         return
@@ -89,6 +95,7 @@ def policy_check(
             {
                 "ok": not review.unreviewed,
                 "revision": policy.revision,
+                "warnings": gaps,
                 "unreviewed": [u.sentence() for u in review.unreviewed],
                 "inherited": [i.sentence() for i in review.inherited],
                 "reviewed": review.reviewed,
