@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -13,6 +14,9 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+
+from workflow.client import Headgate
+from workflow.messages import Released
 
 HEADGATE = [sys.executable, "-m", "workflow"]
 
@@ -251,3 +255,70 @@ def test_version_prints_the_installed_version(tmp_path: Path) -> None:
     shown = cli(tmp_path, "--version")
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout == f"headgate {version('headgate')}\n"
+
+
+def start_serve(cwd: Path, log_name: str) -> subprocess.Popen[str]:
+    """`headgate serve` in `cwd`, returned once it is ready."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADGATE_")}
+    log = cwd / log_name
+    with log.open("w") as out:
+        proc = subprocess.Popen([*HEADGATE, "serve"], cwd=cwd, stdout=out,
+                                stderr=subprocess.STDOUT, text=True, env=env)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while "headgate ready" not in log.read_text():
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+    return proc
+
+
+def stop_serve(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+
+
+async def test_a_restart_of_serve_keeps_its_port_and_connected_clients_carry_on(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / ".headgate"
+    first = start_serve(tmp_path, "serve-1.log")
+    second: subprocess.Popen[str] | None = None
+    url = (data / "nats.url").read_text().strip()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADGATE_")}
+    watch = await asyncio.create_subprocess_exec(
+        *HEADGATE, "inbox", "--watch", "--interval", "0.3", cwd=tmp_path, env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert watch.stdout is not None
+
+    async def watch_shows(text: str) -> None:
+        assert watch.stdout is not None
+        while text not in (await asyncio.wait_for(watch.stdout.readline(), 60)).decode():
+            pass
+
+    try:
+        await watch_shows("nothing pending")
+        async with Headgate.connect(agent="builder", data_dir=data) as hg:
+            hg.recheck_interval = 3600  # the outcome must come from the results consumer
+            stop_serve(first)
+            await watch_shows("the service is unreachable")
+            second = start_serve(tmp_path, "serve-2.log")
+            assert (data / "nats.url").read_text().strip() == url
+
+            ticket = await hg.propose("write_file", {"path": "after.txt"}, timeout=30)
+            assert ticket.held
+            assert ticket.request_id is not None
+            await watch_shows(ticket.request_id)
+            approved = await asyncio.to_thread(cli, tmp_path, "approve", ticket.request_id)
+            assert approved.returncode == 0, approved.stdout + approved.stderr
+            outcome = await ticket.result(timeout=30)
+            assert isinstance(outcome, Released)
+            assert outcome.arguments == {"path": "after.txt"}
+    finally:
+        if watch.returncode is None:
+            watch.send_signal(signal.SIGINT)
+            await asyncio.wait_for(watch.wait(), 30)
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                stop_serve(proc)
+    assert watch.returncode == 0, (await watch.stderr.read()).decode() if watch.stderr else ""

@@ -8,16 +8,16 @@ import json
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from nats.aio.msg import Msg
 from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from workflow.cli.common import (
+    CLI_CONNECT_TIMEOUT,
     DEFAULT_DATA_DIR,
     DataDir,
     JsonOut,
@@ -33,7 +33,10 @@ from workflow.cli.common import (
     print_json,
 )
 from workflow.cli.inbox import render_entries
+from workflow.client import transport
+from workflow.client.agent import Headgate
 from workflow.client.approver import Approver
+from workflow.client.connection import Role, resolve_nats
 from workflow.client.display import (
     INTENT_LABEL,
     intent_text,
@@ -42,8 +45,9 @@ from workflow.client.display import (
     masked_history,
     target_of,
 )
+from workflow.client.errors import NotProcessed, ResultTimeout
 from workflow.client.verify import ShownRequest, check_digest
-from workflow.errors import ConfigError, describe_invalid
+from workflow.errors import ConfigError, ConnectError, describe_invalid
 from workflow.messages import (
     DecisionVerdict,
     GetQuery,
@@ -51,6 +55,7 @@ from workflow.messages import (
     PendingReply,
     Proposal,
     ProposalHistory,
+    Released,
 )
 from workflow.subjects import Subjects
 
@@ -122,79 +127,80 @@ async def _propose(
     subjects: Subjects,
     json_out: bool,
 ) -> int:
-    async with connected(nats_url, data_dir) as nc:
-        outcome: asyncio.Future[tuple[str, dict[str, Any]]] = (
-            asyncio.get_running_loop().create_future()
-        )
-        held: list[dict[str, Any]] = []
-
-        async def on_event(msg: Msg) -> None:
-            body = json.loads(msg.data)
-            if body.get("proposal_id") != proposal.id:
-                return
-            kind = msg.subject.split(".")[-2]
-            if kind == "inbox":
-                held.append(body)
-                if not json_out:
-                    console.print(
-                        f"held for approval: request [bold]{escape(body['request_id'])}[/] "
-                        f"({body['classification']['risk_class']}, "
-                        f"{body['classification']['severity']}); approve with "
-                        f"`headgate approve {body['request_id']}`"
-                    )
-            elif not outcome.done():
-                outcome.set_result((kind, body))
-
-        if wait is not None:
-            for subject in (
-                subjects.released(proposal.agent),
-                subjects.blocked(proposal.agent),
-                subjects.inbox(proposal.workspace),
-            ):
-                await nc.subscribe(subject, cb=on_event)
-        ack = await nc.jetstream().publish(
-            subjects.proposals(proposal.agent),
-            proposal.model_dump_json().encode(),
-            headers={"Nats-Msg-Id": proposal.id},
-        )
-        if wait is None:
-            if json_out:
-                print_json({"proposal_id": proposal.id, "duplicate": ack.duplicate})
-            else:
-                console.print(
-                    f"proposed [bold]{escape(proposal.id)}[/]"
-                    + (" (duplicate)" if ack.duplicate else "")
-                )
-            return 0
-        try:
-            kind, body = await asyncio.wait_for(outcome, wait)
-        except TimeoutError:
-            history = await api_call(nc, subjects, "get", GetQuery(id=proposal.id), ProposalHistory)
-            if json_out:
-                print_json({"proposal_id": proposal.id, "outcome": history.status})
-            else:
-                console.print(f"{escape(proposal.id)}: still {history.status} after {wait:g}s")
-            return (
-                0
-                if history.status == "released"
-                else EXIT_PENDING
-                if history.status == "pending"
-                else EXIT_BLOCKED
+    """Publish as the agent (agent credentials); with `wait`, follow it through the agent's
+    own results stream, as the agent SDK does."""
+    if wait is None:
+        async with connected(nats_url, data_dir, role=Role.AGENT) as nc:
+            duplicate = await transport.publish(
+                nc, subjects.proposals(proposal.agent), proposal, proposal.id
             )
         if json_out:
-            print_json({"outcome": "released" if kind == "released" else body["outcome"], **body})
-        elif kind == "released":
-            who = ", ".join(a["approver"] for a in body["approvals"]) or "policy (allowed)"
+            print_json({"proposal_id": proposal.id, "duplicate": duplicate})
+        else:
+            console.print(
+                f"proposed [bold]{escape(proposal.id)}[/]" + (" (duplicate)" if duplicate else "")
+            )
+        return 0
+    target = resolve_nats(nats_url, role=Role.AGENT, data_dir=data_dir)
+    try:
+        client = Headgate.connect(
+            target, agent=proposal.agent, workspace=proposal.workspace, prefix=subjects.prefix,
+            connect_timeout=CLI_CONNECT_TIMEOUT,
+        )  # fmt: skip
+        async with client as hg:
+            return await _follow(hg, proposal, wait, json_out)
+    except ConnectError as exc:
+        raise ConnectError(f"{exc}; is `headgate serve` running?") from None
+
+
+async def _follow(hg: Headgate, proposal: Proposal, wait: float, json_out: bool) -> int:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    try:
+        ticket = await hg.propose(
+            proposal.tool, proposal.arguments, intent=proposal.intent,
+            workspace=proposal.workspace, proposal_id=proposal.id, timeout=max(wait, 1.0),
+        )  # fmt: skip
+    except NotProcessed:
+        _still(proposal.id, "unprocessed", wait, json_out)
+        return EXIT_PENDING
+    if ticket.held and not json_out:
+        c = ticket.classification
+        console.print(
+            f"held for approval: request [bold]{escape(ticket.request_id or '?')}[/] "
+            f"({c.risk_class}, {c.severity}); approve with "
+            f"`headgate approve {ticket.request_id}`"
+        )
+    try:
+        outcome = await ticket.result(timeout=max(deadline - loop.time(), 0.01))
+    except ResultTimeout as exc:
+        _still(proposal.id, exc.status or ticket.status, wait, json_out)
+        return EXIT_PENDING
+    if isinstance(outcome, Released):
+        if json_out:
+            print_json({"outcome": "released", **outcome.model_dump(mode="json")})
+        else:
+            who = ", ".join(a.approver for a in outcome.approvals) or "policy (allowed)"
             console.print(
                 f"[green]released[/] {escape(proposal.id)} ({escape(proposal.tool)}); "
                 f"approved by {escape(who)}"
             )
-        else:
-            console.print(
-                f"[red]{escape(body['outcome'])}[/] {escape(proposal.id)}: "
-                + escape(mask_text(body["reason"]))
-            )
-        return 0 if kind == "released" else EXIT_BLOCKED
+        return 0
+    if json_out:
+        print_json({"outcome": outcome.outcome, **outcome.model_dump(mode="json")})
+    else:
+        console.print(
+            f"[red]{escape(outcome.outcome)}[/] {escape(proposal.id)}: "
+            + escape(mask_text(outcome.reason))
+        )
+    return EXIT_BLOCKED
+
+
+def _still(proposal_id: str, status: str, wait: float, json_out: bool) -> None:
+    if json_out:
+        print_json({"proposal_id": proposal_id, "outcome": status})
+    else:
+        console.print(f"{escape(proposal_id)}: still {status} after {wait:g}s")
 
 
 def pending(

@@ -345,10 +345,8 @@ async def _watch(
     state = InboxState()
     keys: asyncio.Queue[str] = asyncio.Queue()
     unreachable = False
-    with (
-        key_reader(keys) if interactive else contextlib.nullcontext(),
-        Live(console=out, auto_refresh=False, screen=False) as live,
-    ):
+    view = _View(out)
+    with key_reader(keys) if interactive else contextlib.nullcontext(), view:
         while not state.quit:
             try:
                 state.update(await _fetch(approver, workspaces, limit))
@@ -356,7 +354,7 @@ async def _watch(
                     state.message, unreachable = "connected to the service again", False
             except HeadgateError as exc:  # serve restarting: keep the last view, try again
                 state.message, unreachable = f"the service is unreachable ({exc}); retrying", True
-            live.update(render(state, datetime.now(UTC), interactive=interactive), refresh=True)
+            view.show(state, interactive=interactive)
             try:
                 key = await asyncio.wait_for(keys.get(), interval)
             except TimeoutError:
@@ -367,6 +365,40 @@ async def _watch(
                     state.message = await _decide(approver, action, load_key())
                 except HeadgateError as exc:
                     state.message = f"error: {exc}"
+
+
+class _View:
+    """A terminal redraws the view in place; anything else (a pipe, a log file) gets the whole
+    view again each time what it shows changes, so the output is a readable log."""
+
+    def __init__(self, out: Console):
+        self.out = out
+        self.live = Live(console=out, auto_refresh=False, screen=False) if out.is_terminal else None
+        self.last: tuple[object, ...] | None = None
+
+    def __enter__(self) -> _View:
+        if self.live is not None:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(None, None, None)
+
+    def show(self, state: InboxState, *, interactive: bool) -> None:
+        now = datetime.now(UTC)
+        if self.live is not None:
+            self.live.update(render(state, now, interactive=interactive), refresh=True)
+            return
+        seen = (
+            tuple((e.request_id, tuple(e.approvals)) for e in state.entries),
+            state.message,
+        )
+        if seen != self.last:
+            self.last = seen
+            self.out.print(f"--- {now:%Y-%m-%d %H:%M:%S} UTC")
+            self.out.print(render(state, now, interactive=False))
+            self.out.file.flush()
 
 
 class KeyLoader:
