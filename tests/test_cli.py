@@ -143,7 +143,9 @@ def test_quick_start_commands_work_from_the_serve_directory(
     table = cli(cwd, "pending")
     assert "notes.txt" in table.stdout
     assert "hunter2-secret" not in table.stdout  # secrets are masked for people
-    pending = json.loads(cli(cwd, "pending", "--json").stdout)
+    as_json = cli(cwd, "pending", "--json").stdout
+    assert "hunter2-secret" not in as_json  # scripts get masked secrets too
+    pending = json.loads(as_json)
     (item,) = pending["items"]
     assert item["proposal_id"] == "w1"
     assert item["risk_class"] == "write_local"
@@ -156,7 +158,9 @@ def test_quick_start_commands_work_from_the_serve_directory(
     assert again.returncode == 1
     assert "already released" in again.stdout
 
-    shown = json.loads(cli(cwd, "show", "w1", "--json").stdout)
+    shown_text = cli(cwd, "show", "w1", "--json").stdout
+    assert "hunter2-secret" not in shown_text
+    shown = json.loads(shown_text)
     assert shown["status"] == "released"
     assert [a["approver"] for a in shown["approvals"]]
     kinds = [e["kind"] for e in shown["events"]]

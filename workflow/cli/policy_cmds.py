@@ -24,6 +24,7 @@ from workflow.cli.common import (
     err_console,
     print_json,
 )
+from workflow.client.display import mask_secrets, mask_text
 from workflow.errors import ConfigError, describe_invalid
 from workflow.messages import (
     Classification,
@@ -164,11 +165,11 @@ def explain(
 def _print_explanation(
     verdict: Verdict, cls: Classification, call: Proposal, json_out: bool
 ) -> None:
-    if json_out:
-        print_json(explain_data(verdict, cls, call))
+    if json_out:  # secrets masked here too: the trail quotes arguments and commands
+        print_json(mask_secrets(explain_data(verdict, cls, call)))
         return
     for line in explain_lines(verdict, cls, call):
-        console.print(line, highlight=False, markup=False)
+        console.print(mask_text(line), highlight=False, markup=False)
 
 
 @tools_app.command("offered")
