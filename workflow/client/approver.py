@@ -189,8 +189,10 @@ class PendingRequest:
         msg, self._msg = self._msg, None
         self.approver._offered.pop(self.request_id, None)
         if msg is not None:
+            # An ack is confirmed by the server (ack_sync): once a decision returns, its item
+            # is out of this approver's consumer, not merely on its way out.
             with contextlib.suppress(Exception):
-                await (msg.nak(delay=delay) if nak else msg.ack())
+                await (msg.nak(delay=delay) if nak else msg.ack_sync(timeout=5))
 
 
 def _with_note(result: DecisionResult, note: str) -> DecisionResult:

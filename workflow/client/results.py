@@ -48,7 +48,11 @@ def results_filter(subjects: Subjects, agent: str) -> str:
 
 
 def parse_event(subjects: Subjects, msg: Msg) -> Event | None:
-    """The event in a results-stream message, or None (logged) when it is not one."""
+    """The event in a results-stream message, or None (logged) when it is not one.
+
+    Every results event a client acts on (the router's, `find`'s, the unattended worker's)
+    passes here with its message, headers included: where a check of the service's signature
+    belongs once the service signs its events."""
     try:
         if subjects.token_after(msg.subject, "released") is not None:
             return Released.model_validate_json(msg.data)
