@@ -310,6 +310,8 @@ class Approver:
                 except TimeoutError:  # nats-py raises its own or asyncio's
                     continue
                 except NatsError as exc:  # disconnected: nats-py reconnects, then fetch again
+                    if self.nc.is_closed:  # it gave up (max_reconnect_attempts): so do we
+                        raise ConnectError(f"the connection to NATS is closed ({exc})") from exc
                     log.debug("inbox fetch failed (%s); retrying", exc)
                     await asyncio.sleep(poll)
                     continue
