@@ -8,16 +8,16 @@ import json
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from nats.aio.msg import Msg
 from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from workflow.cli.common import (
+    CLI_CONNECT_TIMEOUT,
     DEFAULT_DATA_DIR,
     DataDir,
     JsonOut,
@@ -32,16 +32,30 @@ from workflow.cli.common import (
     parse_json_option,
     print_json,
 )
-from workflow.client.display import mask_secrets
-from workflow.errors import ConfigError, describe_invalid
+from workflow.cli.inbox import render_entries
+from workflow.client import transport
+from workflow.client.agent import Headgate
+from workflow.client.approver import Approver
+from workflow.client.connection import Role, resolve_nats
+from workflow.client.display import (
+    INTENT_LABEL,
+    intent_text,
+    mask_text,
+    masked_entry,
+    masked_history,
+    target_of,
+)
+from workflow.client.errors import NotProcessed, ResultTimeout
+from workflow.client.verify import ShownRequest, check_digest
+from workflow.errors import ConfigError, ConnectError, describe_invalid
 from workflow.messages import (
-    ApprovalDecision,
     DecisionVerdict,
     GetQuery,
     PendingQuery,
     PendingReply,
     Proposal,
     ProposalHistory,
+    Released,
 )
 from workflow.subjects import Subjects
 
@@ -113,78 +127,80 @@ async def _propose(
     subjects: Subjects,
     json_out: bool,
 ) -> int:
-    async with connected(nats_url, data_dir) as nc:
-        outcome: asyncio.Future[tuple[str, dict[str, Any]]] = (
-            asyncio.get_running_loop().create_future()
-        )
-        held: list[dict[str, Any]] = []
-
-        async def on_event(msg: Msg) -> None:
-            body = json.loads(msg.data)
-            if body.get("proposal_id") != proposal.id:
-                return
-            kind = msg.subject.split(".")[-2]
-            if kind == "inbox":
-                held.append(body)
-                if not json_out:
-                    console.print(
-                        f"held for approval: request [bold]{escape(body['request_id'])}[/] "
-                        f"({body['classification']['risk_class']}, "
-                        f"{body['classification']['severity']}); approve with "
-                        f"`headgate approve {body['request_id']}`"
-                    )
-            elif not outcome.done():
-                outcome.set_result((kind, body))
-
-        if wait is not None:
-            for subject in (
-                subjects.released(proposal.agent),
-                subjects.blocked(proposal.agent),
-                subjects.inbox(proposal.workspace),
-            ):
-                await nc.subscribe(subject, cb=on_event)
-        ack = await nc.jetstream().publish(
-            subjects.proposals(proposal.agent),
-            proposal.model_dump_json().encode(),
-            headers={"Nats-Msg-Id": proposal.id},
-        )
-        if wait is None:
-            if json_out:
-                print_json({"proposal_id": proposal.id, "duplicate": ack.duplicate})
-            else:
-                console.print(
-                    f"proposed [bold]{escape(proposal.id)}[/]"
-                    + (" (duplicate)" if ack.duplicate else "")
-                )
-            return 0
-        try:
-            kind, body = await asyncio.wait_for(outcome, wait)
-        except TimeoutError:
-            history = await api_call(nc, subjects, "get", GetQuery(id=proposal.id), ProposalHistory)
-            if json_out:
-                print_json({"proposal_id": proposal.id, "outcome": history.status})
-            else:
-                console.print(f"{escape(proposal.id)}: still {history.status} after {wait:g}s")
-            return (
-                0
-                if history.status == "released"
-                else EXIT_PENDING
-                if history.status == "pending"
-                else EXIT_BLOCKED
+    """Publish as the agent (agent credentials); with `wait`, follow it through the agent's
+    own results stream, as the agent SDK does."""
+    if wait is None:
+        async with connected(nats_url, data_dir, role=Role.AGENT) as nc:
+            duplicate = await transport.publish(
+                nc, subjects.proposals(proposal.agent), proposal, proposal.id
             )
         if json_out:
-            print_json({"outcome": "released" if kind == "released" else body["outcome"], **body})
-        elif kind == "released":
-            who = ", ".join(a["approver"] for a in body["approvals"]) or "policy (allowed)"
+            print_json({"proposal_id": proposal.id, "duplicate": duplicate})
+        else:
+            console.print(
+                f"proposed [bold]{escape(proposal.id)}[/]" + (" (duplicate)" if duplicate else "")
+            )
+        return 0
+    target = resolve_nats(nats_url, role=Role.AGENT, data_dir=data_dir)
+    try:
+        client = Headgate.connect(
+            target, agent=proposal.agent, workspace=proposal.workspace, prefix=subjects.prefix,
+            connect_timeout=CLI_CONNECT_TIMEOUT,
+        )  # fmt: skip
+        async with client as hg:
+            return await _follow(hg, proposal, wait, json_out)
+    except ConnectError as exc:
+        raise ConnectError(f"{exc}; is `headgate serve` running?") from None
+
+
+async def _follow(hg: Headgate, proposal: Proposal, wait: float, json_out: bool) -> int:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    try:
+        ticket = await hg.propose(
+            proposal.tool, proposal.arguments, intent=proposal.intent,
+            workspace=proposal.workspace, proposal_id=proposal.id, timeout=max(wait, 1.0),
+        )  # fmt: skip
+    except NotProcessed:
+        _still(proposal.id, "unprocessed", wait, json_out)
+        return EXIT_PENDING
+    if ticket.held and not json_out:
+        c = ticket.classification
+        console.print(
+            f"held for approval: request [bold]{escape(ticket.request_id or '?')}[/] "
+            f"({c.risk_class}, {c.severity}); approve with "
+            f"`headgate approve {ticket.request_id}`"
+        )
+    try:
+        outcome = await ticket.result(timeout=max(deadline - loop.time(), 0.01))
+    except ResultTimeout as exc:
+        _still(proposal.id, exc.status or ticket.status, wait, json_out)
+        return EXIT_PENDING
+    if isinstance(outcome, Released):
+        if json_out:
+            print_json({"outcome": "released", **outcome.model_dump(mode="json")})
+        else:
+            who = ", ".join(a.approver for a in outcome.approvals) or "policy (allowed)"
             console.print(
                 f"[green]released[/] {escape(proposal.id)} ({escape(proposal.tool)}); "
                 f"approved by {escape(who)}"
             )
-        else:
-            console.print(
-                f"[red]{escape(body['outcome'])}[/] {escape(proposal.id)}: {escape(body['reason'])}"
-            )
-        return 0 if kind == "released" else EXIT_BLOCKED
+        return 0
+    if json_out:
+        print_json({"outcome": outcome.outcome, **outcome.model_dump(mode="json")})
+    else:
+        console.print(
+            f"[red]{escape(outcome.outcome)}[/] {escape(proposal.id)}: "
+            + escape(mask_text(outcome.reason))
+        )
+    return EXIT_BLOCKED
+
+
+def _still(proposal_id: str, status: str, wait: float, json_out: bool) -> None:
+    if json_out:
+        print_json({"proposal_id": proposal_id, "outcome": status})
+    else:
+        console.print(f"{escape(proposal_id)}: still {status} after {wait:g}s")
 
 
 def pending(
@@ -204,44 +220,16 @@ def pending(
             return await api_call(nc, Subjects(prefix), "pending", query, PendingReply)
 
     reply = asyncio.run(run())
-    if json_out:
-        print_json(reply)
+    if json_out:  # secrets masked for scripts too: a person reads what they print
+        print_json(PendingReply(items=[masked_entry(e) for e in reply.items]))
         return
     if not reply.items:
         console.print("nothing pending")
         return
-    table = Table(title=f"{len(reply.items)} pending", show_lines=True)
-    for col in (
-        "request",
-        "agent / workspace",
-        "tool",
-        "arguments",
-        "risk",
-        "reasons",
-        "approvals",
-        "age",
-        "expires in",
-    ):
-        table.add_column(col, overflow="fold")
-    for it in reply.items:
-        table.add_row(
-            *(
-                Text(str(cell))
-                for cell in (
-                    it.request_id,
-                    f"{it.agent} / {it.workspace}",
-                    it.tool,
-                    json.dumps(mask_secrets(it.arguments), ensure_ascii=False)[:200],
-                    f"{it.risk_class} ({it.severity})",
-                    "\n".join(it.reasons),
-                    f"{len(it.approvals)}/{it.requirement.approvals_needed}"
-                    + (f" ({', '.join(it.approvals)})" if it.approvals else ""),
-                    _ago(it.created_at),
-                    _span(int((it.expires_at - datetime.now(UTC)).total_seconds())),
-                )
-            )
-        )
-    console.print(table)
+    console.print(Text(f"{len(reply.items)} pending, oldest first", style="bold"))
+    console.print()
+    for block in render_entries(reply.items, datetime.now(UTC)):
+        console.print(block)
 
 
 def _decide(
@@ -258,46 +246,49 @@ def _decide(
     signer = load_key(key, data_dir)
     subjects = Subjects(prefix)
 
-    async def run() -> tuple[bool, str]:
+    async def run() -> tuple[bool, str, str]:
         async with connected(nats_url, data_dir) as nc:
             history = await api_call(nc, subjects, "get", GetQuery(id=ident), ProposalHistory)
             if history.request_id is None:
-                return False, f"{ident} was never held for approval (it was {history.status})."
+                return False, f"{ident} was never held for approval (it was {history.status}).", ""
             if history.status != "pending":
-                return False, f"request {history.request_id} is already {history.status}."
-            decision = signer.sign_decision(
-                ApprovalDecision(
-                    request_id=history.request_id,
-                    proposal_digest=history.proposal_digest,
-                    verdict=verdict,
-                    approver=approver or getpass.getuser(),
-                    reason=reason,
-                    nonce=uuid.uuid4().hex,
-                    issued_at=datetime.now(UTC),
+                return False, f"request {history.request_id} is already {history.status}.", ""
+            # What is signed is the digest of the proposal printed here, or nothing.
+            shown = ShownRequest(history.request_id, history.proposal, history.proposal_digest)
+            check_digest(shown.request_id, shown.proposal, shown.proposal_digest)
+            what = _what(history)
+            if not json_out:
+                console.print(Text(f"{verdict.value} {what}"))
+            client = Approver(nc, name=approver or getpass.getuser(), key=signer, prefix=prefix)
+            result = await client.decide(shown, verdict, reason, timeout=5.0)
+            if result.accepted is None:
+                return (
+                    False,
+                    "the decision was published but the service has not processed it yet.",
+                    what,
                 )
-            )
-            await nc.jetstream().publish(
-                subjects.decisions(history.request_id),
-                decision.model_dump_json().encode(),
-                headers={"Nats-Msg-Id": f"decision:{decision.nonce}"},
-            )
-            for _ in range(50):
-                await asyncio.sleep(0.1)
-                after = await api_call(nc, subjects, "get", GetQuery(id=ident), ProposalHistory)
-                for event in after.events:
-                    if event.data.get("nonce") == decision.nonce:
-                        ok = event.kind == "decision.accepted"
-                        message = str(event.data.get("message") or event.summary)
-                        return ok, f"{message} Request {history.request_id} is now {after.status}."
-            return False, "the decision was published but the service has not processed it yet."
+            message = f"{result.message} Request {history.request_id} is now {result.status}."
+            return result.accepted, mask_text(message), what
 
-    ok, message = asyncio.run(run())
+    ok, message, what = asyncio.run(run())
     if json_out:
-        print_json({"accepted": ok, "message": message})
+        print_json({"accepted": ok, "message": message, "request": what})
     else:
         console.print(("[green]accepted:[/] " if ok else "[red]refused:[/] ") + escape(message))
     if not ok:
         raise typer.Exit(1)
+
+
+def _what(h: ProposalHistory) -> str:
+    """One line naming the call a decision is about (secrets masked), with the agent's intent."""
+    p, c = h.proposal, h.classification
+    target = target_of(p.arguments)
+    line = (
+        f"{p.agent} wants {p.tool}" + (f" `{target}`" if target else "")
+        + f" in {p.workspace} — {c.risk_class} ({c.severity}), request {h.request_id}"
+    )  # fmt: skip
+    said = intent_text(p.intent)
+    return f'{line}; {INTENT_LABEL}: "{said}"' if said else line
 
 
 def approve(
@@ -347,7 +338,7 @@ def show(
         async with connected(nats_url, data_dir) as nc:
             return await api_call(nc, Subjects(prefix), "get", GetQuery(id=ident), ProposalHistory)
 
-    h = asyncio.run(run())
+    h = masked_history(asyncio.run(run()))
     if json_out:
         print_json(h)
         return
@@ -355,10 +346,10 @@ def show(
     console.print(
         f"[bold]{escape(p.id)}[/]  {p.agent} / {p.workspace}  status: [bold]{h.status}[/]"
     )
-    arguments = json.dumps(mask_secrets(p.arguments), ensure_ascii=False)
+    arguments = json.dumps(p.arguments, ensure_ascii=False)
     console.print(Text(f"tool {p.tool}  arguments {arguments}"))
     if p.intent:
-        console.print(Text(f"intent (not trusted): {p.intent}"))
+        console.print(Text(f'intent — {INTENT_LABEL}: "{p.intent}"'))
     console.print(
         f"risk: {c.risk_class} ({c.severity})"
         + (f" categories {', '.join(c.categories)}" if c.categories else "")

@@ -21,8 +21,10 @@ from workflow.cli.common import (
     api_call,
     connected,
     console,
+    err_console,
     print_json,
 )
+from workflow.client.display import mask_secrets, mask_text
 from workflow.errors import ConfigError, describe_invalid
 from workflow.messages import (
     Classification,
@@ -41,6 +43,7 @@ from workflow.policy.catalog import (
     pin_tools,
     review_catalog,
 )
+from workflow.policy.coverage import approval_gaps
 from workflow.policy.engine import evaluate
 from workflow.policy.explain import explain_data, explain_lines
 from workflow.policy.load import load_policy
@@ -77,9 +80,13 @@ def policy_check(
     """Validate a policy file; with --tools, list every tool that is not a pure read and has
     no explicit entry (exit 1 when there is one)."""
     policy = load_policy(file)
+    gaps = [gap.sentence() for gap in approval_gaps(policy)]
+    if not json_out:
+        for gap in gaps:
+            err_console.print(f"[yellow]warning:[/] {escape(gap)}", highlight=False)
     if tools is None:
         if json_out:
-            print_json({"ok": True, "revision": policy.revision})
+            print_json({"ok": True, "revision": policy.revision, "warnings": gaps})
         else:
             console.print(f"[green]{file} is valid[/] (revision {policy.revision})")
         return
@@ -89,6 +96,7 @@ def policy_check(
             {
                 "ok": not review.unreviewed,
                 "revision": policy.revision,
+                "warnings": gaps,
                 "unreviewed": [u.sentence() for u in review.unreviewed],
                 "inherited": [i.sentence() for i in review.inherited],
                 "reviewed": review.reviewed,
@@ -157,11 +165,11 @@ def explain(
 def _print_explanation(
     verdict: Verdict, cls: Classification, call: Proposal, json_out: bool
 ) -> None:
-    if json_out:
-        print_json(explain_data(verdict, cls, call))
+    if json_out:  # secrets masked here too: the trail quotes arguments and commands
+        print_json(mask_secrets(explain_data(verdict, cls, call)))
         return
     for line in explain_lines(verdict, cls, call):
-        console.print(line, highlight=False, markup=False)
+        console.print(mask_text(line), highlight=False, markup=False)
 
 
 @tools_app.command("offered")
