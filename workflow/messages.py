@@ -163,10 +163,27 @@ class DecisionVerdict(StrEnum):
     REJECT = "reject"
 
 
+class PasskeyAssertion(Wire):
+    """A passkey's signature over a decision: what `navigator.credentials.get` returned.
+
+    The WebAuthn challenge is the decision itself (the UTF-8 bytes of its canonical JSON, see
+    `ApprovalDecision.signing_payload`), so the assertion signs the decision as an nkeys
+    signature does. Every field is base64url without padding, as browsers encode them.
+    """
+
+    credential_id: Annotated[str, Field(min_length=16, max_length=1400)]
+    authenticator_data: Annotated[str, Field(min_length=50, max_length=4000)]
+    client_data_json: Annotated[str, Field(min_length=20, max_length=200_000)]
+    signature: Annotated[str, Field(min_length=16, max_length=2000)]
+    user_handle: Annotated[str, Field(max_length=200)] | None = None
+
+
 class ApprovalDecision(Wire):
     """One approver's answer to one approval request, published on headgate.decisions.<id>.
 
-    The signature (Ed25519, NATS nkeys) covers the canonical JSON of every other field.
+    Signed either with the approver's nkey (`key` + `signature`: Ed25519 over the canonical
+    JSON of every other field) or with a registered passkey (`passkey`: a WebAuthn assertion
+    whose challenge is the canonical JSON of every field but `signature` and `passkey`).
     """
 
     request_id: Token
@@ -178,22 +195,48 @@ class ApprovalDecision(Wire):
     nonce: Annotated[str, Field(min_length=8, max_length=100)]
     issued_at: datetime
     signature: str | None = None
+    passkey: PasskeyAssertion | None = Field(
+        default=None, description="A WebAuthn assertion over the decision (browser approvals)."
+    )
 
     def signing_payload(self) -> bytes:
-        """What the approver signs: canonical JSON of every field but the signature.
+        """What the approver signs: canonical JSON of every field but the signatures.
 
         The service verifies over the canonical form of the JSON *as received* (see
         `workflow.signing.verify_raw`), so signers in other languages need only produce the
         same field values, not pydantic's exact serialisation.
         """
-        return canonical_json(self.model_dump(mode="json", exclude={"signature"})).encode()
+        return canonical_json(self.model_dump(mode="json", exclude=set(UNSIGNED_FIELDS))).encode()
+
+
+#: The fields of a decision that carry its signature and so are not part of what is signed.
+UNSIGNED_FIELDS = frozenset({"signature", "passkey"})
+
+
+def signed_text(raw: dict[str, Any]) -> str:
+    """What a decision received as `raw` JSON was signed over: the canonical JSON of every
+    field but its signatures. It is also the WebAuthn challenge of a passkey-signed decision."""
+    return canonical_json({k: v for k, v in raw.items() if k not in UNSIGNED_FIELDS})
+
+
+class PasskeyProof(Wire):
+    """A passkey assertion kept with the approval it signed, verifiable offline: the
+    credential's public key (COSE, base64url) and the relying party id it was made for."""
+
+    credential_id: str
+    public_key: str
+    rp_id: str
+    authenticator_data: str
+    client_data_json: str
+    signature: str
 
 
 class ApprovalRecord(Wire):
     """A verified decision carried by a release or a history, verifiable offline.
 
     `signed` is the exact canonical JSON the approver signed; verify `signature` over it with
-    `key`, then read request id and proposal digest out of it.
+    `key` (or the `passkey` assertion, whose challenge it is: `signing.verify_record` does
+    either), then read request id and proposal digest out of it.
     """
 
     approver: str
@@ -204,6 +247,9 @@ class ApprovalRecord(Wire):
     issued_at: datetime
     signed: str = ""
     signature: str | None = None
+    passkey: PasskeyProof | None = Field(
+        default=None, description="Set when the decision was signed with a passkey."
+    )
 
 
 class Cancel(Wire):

@@ -37,7 +37,7 @@ from workflow.messages import (
     Decision,
     Proposal,
     Verdict,
-    canonical_json,
+    signed_text,
 )
 from workflow.policy.engine import recheck
 from workflow.policy.model import Policy
@@ -179,7 +179,7 @@ class Collector:
             signature_valid=verify_raw(raw),
             approver=ctx.policy.approver_by_key(decision.key) if decision.key else None,
             nonce_seen=seen,
-            signed_text=canonical_json({k: v for k, v in raw.items() if k != "signature"}),
+            signed_text=signed_text(raw),
         )
         step = apply_decision(held, decision, check, now=now)
         write = StepWrite(
