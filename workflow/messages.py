@@ -349,6 +349,39 @@ class Executed(Wire):
     finished_at: datetime
 
 
+class Escalated(Wire):
+    """A step of a request's escalation ladder was taken (headgate.escalated.<workspace>)."""
+
+    request_id: Token
+    proposal_id: Identifier
+    agent: Token
+    workspace: Token
+    step: Annotated[int, Field(ge=0)] = Field(description="0-based index in the ladder.")
+    action: Literal["remind", "notify", "raise", "expire"]
+    message: str
+    roles: list[str] = Field(default_factory=list, description="Roles to notify (notify).")
+    channels: list[str] = Field(default_factory=list, description="Channels to notify.")
+    requirement: ApprovalRequirement | None = Field(
+        default=None, description="The raised requirement (raise)."
+    )
+    at: datetime
+
+
+class Notified(Wire):
+    """The record of one notification to one channel (headgate.notified.<workspace>)."""
+
+    delivery: str = Field(description="Stable id of the notice: <request id>:<event>[:<step>].")
+    channel: str
+    kind: str = Field(description="held, an outcome, or escalated.")
+    request_id: Token
+    proposal_id: Identifier
+    workspace: Token
+    delivered: bool
+    attempts: int
+    error: str = ""
+    at: datetime
+
+
 class DeadLetter(Wire):
     """Input a stage could not process, with the error. Nothing is dropped silently."""
 
@@ -470,6 +503,8 @@ WIRE_MODELS: dict[str, type[BaseModel]] = {
     "blocked": Blocked,
     "executed": Executed,
     "dead_letter": DeadLetter,
+    "escalated": Escalated,
+    "notified": Notified,
     "api_pending_query": PendingQuery,
     "api_pending_reply": PendingReply,
     "api_get_query": GetQuery,

@@ -53,6 +53,12 @@ class Subjects:
     def executed(self, agent: str = "*") -> str:
         return f"{self.prefix}.executed.{agent}"
 
+    def escalated(self, workspace: str = "*") -> str:
+        return f"{self.prefix}.escalated.{workspace}"
+
+    def notified(self, workspace: str = "*") -> str:
+        return f"{self.prefix}.notified.{workspace}"
+
     def dead(self, stage: str = "*") -> str:
         return f"{self.prefix}.dead.{stage}"
 
