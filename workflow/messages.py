@@ -478,6 +478,74 @@ class ApiError(Wire):
     error: str
 
 
+# --------------------------------------------------------------------------- web inbox API
+
+
+class WebInvite(Wire):
+    """Ask for a one-time link that registers a passkey for `approver` (headgate.api.web.invite).
+
+    Signed like a decision (nkeys, over the canonical JSON of every other field) by an approver
+    with the `admin` role or by the invited approver's own key: a passkey becomes a way to sign
+    as that person, so not anyone who can reach the API may hand one out.
+    """
+
+    approver: Token
+    ttl_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] = 1800
+    nonce: Annotated[str, Field(min_length=8, max_length=100)]
+    issued_at: datetime
+    key: str | None = None
+    signature: str | None = None
+
+
+class WebInviteReply(Wire):
+    approver: str
+    token: str
+    url: str | None = Field(
+        default=None, description="The link, when the service serves the inbox."
+    )
+    expires_at: datetime
+
+
+class InvitationQuery(Wire):
+    token: Annotated[str, Field(min_length=16, max_length=200)]
+
+
+class InvitationReply(Wire):
+    approver: str
+    expires_at: datetime
+    credential_ids: list[str] = Field(
+        default_factory=list, description="The approver's passkeys already registered."
+    )
+
+
+class PasskeyRegistration(Wire):
+    """Store a verified passkey for the invitation's approver and use up the invitation."""
+
+    token: Annotated[str, Field(min_length=16, max_length=200)]
+    credential_id: Annotated[str, Field(min_length=16, max_length=1400)]
+    public_key: Annotated[str, Field(min_length=16, max_length=4000)]
+    sign_count: Annotated[int, Field(ge=0)] = 0
+    rp_id: Annotated[str, Field(min_length=1, max_length=253)]
+    label: Annotated[str, Field(max_length=200)] = ""
+
+
+class PasskeyQuery(Wire):
+    credential_id: Annotated[str, Field(min_length=16, max_length=1400)]
+
+
+class PasskeyInfo(Wire):
+    """A registered passkey (public data only) and what its approver may do."""
+
+    approver: str
+    credential_id: str
+    public_key: str
+    rp_id: str
+    sign_count: int
+    roles: list[str] = Field(default_factory=list)
+    workspaces: list[str] = Field(default_factory=list)
+    credential_ids: list[str] = Field(default_factory=list)
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -512,4 +580,11 @@ WIRE_MODELS: dict[str, type[BaseModel]] = {
     "api_offered_query": OfferedQuery,
     "api_offered_reply": OfferedReply,
     "api_error": ApiError,
+    "api_web_invite": WebInvite,
+    "api_web_invite_reply": WebInviteReply,
+    "api_web_invitation_query": InvitationQuery,
+    "api_web_invitation_reply": InvitationReply,
+    "api_web_register": PasskeyRegistration,
+    "api_web_passkey_query": PasskeyQuery,
+    "api_web_passkey_reply": PasskeyInfo,
 }
