@@ -85,7 +85,7 @@ def add_authenticator(driver: Any) -> str:
 def wait(driver: Any, condition: Callable[[Any], T], timeout: float = 20.0) -> T:
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition)  # type: ignore[no-any-return]
+    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition)
 
 
 def screenshot(driver: Any, name: str) -> Path:
