@@ -15,13 +15,13 @@ from workflow.approvals import (
     DecisionCheck,
     HeldRequest,
     Refusal,
-    RequestState,
     apply_decision,
     cancel,
     expire,
 )
 from workflow.messages import ApprovalDecision, ApprovalRequirement, DecisionVerdict, signed_text
-from workflow.policy.model import Approver
+from workflow.outcomes import RequestState
+from workflow.policy.schema import Approver
 from workflow.signing import ApproverKey, verify_raw, verify_record
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

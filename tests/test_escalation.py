@@ -11,9 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from workflow.approvals import HeldRequest, RequestState
+from workflow.approvals import HeldRequest
 from workflow.escalation import EscalationSpec, due, held_at
 from workflow.messages import ApprovalRecord, ApprovalRequirement
+from workflow.outcomes import RequestState
 
 HELD = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 LADDER = EscalationSpec.model_validate(

@@ -4,31 +4,53 @@ A held request is `pending` until exactly one of: enough distinct authorised app
 (`approved`, which releases the call), an authorised reject (`rejected`), its TTL passing
 (`expired`) or the proposing agent withdrawing it (`cancelled`). Every refused input leaves the
 state as it was and says why in a sentence.
+
+A request that reaches `approved` is settled against the policy in force at that moment
+(`settle`): the call is re-evaluated by the caller, and the approvals collected so far are
+counted again under the current approvers (`satisfies`) with the same eligibility rules as a
+new decision — so an approver whose workspace was withdrawn, or who now runs the proposing
+agent, no longer counts.
+
+Approvers are seen through two small protocols (`ApproverProfile`, `ApproverDirectory`), which
+the policy's models satisfy: this module depends on no policy code.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Protocol
 
 from workflow.messages import (
     ApprovalDecision,
     ApprovalRecord,
     ApprovalRequirement,
+    Decision,
     DecisionVerdict,
+    Verdict,
 )
-from workflow.policy.model import Approver
+from workflow.outcomes import Outcome, RequestState
 
 DEFAULT_MAX_SKEW = timedelta(minutes=5)
 
 
-class RequestState(StrEnum):
-    PENDING = "pending"
-    APPROVED = "approved"
-    REJECTED = "rejected"
-    EXPIRED = "expired"
-    CANCELLED = "cancelled"
+class ApproverProfile(Protocol):
+    """What the state machine needs to know about a registered approver."""
+
+    @property
+    def roles(self) -> Sequence[str]: ...
+
+    def may_approve_for(self, workspace: str) -> bool: ...
+
+    def runs_agent(self, agent: str) -> bool: ...
+
+
+class ApproverDirectory(Protocol):
+    """The registered approvers, found by the public key that signs their decisions."""
+
+    def approver_by_key(self, key: str) -> tuple[str, ApproverProfile] | None: ...
 
 
 class Refusal(StrEnum):
@@ -81,17 +103,40 @@ def _refuse(req: HeldRequest, code: Refusal, message: str) -> Step:
     return Step(request=req, accepted=False, message=message, refusal=code)
 
 
+def _ineligible(
+    name: str, approver: ApproverProfile, req: HeldRequest, requirement: ApprovalRequirement
+) -> tuple[Refusal, str] | None:
+    """Why `approver` may not decide on `req` under `requirement`, or None if they may."""
+    if not approver.may_approve_for(req.workspace):
+        return (
+            Refusal.WRONG_WORKSPACE,
+            f"Approver {name} may not approve for workspace {req.workspace}.",
+        )
+    roles = requirement.roles
+    if roles and not set(roles) & set(approver.roles):
+        return (
+            Refusal.NO_ROLE,
+            f"Approver {name} has none of the required roles ({', '.join(roles)}).",
+        )
+    if name == req.agent or approver.runs_agent(req.agent):
+        return (
+            Refusal.SELF_APPROVAL,
+            f"Approver {name} runs agent {req.agent} and cannot decide on its own proposal.",
+        )
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class DecisionCheck:
     """What the I/O layer established about a decision before the state machine sees it."""
 
     signature_valid: bool
-    approver: tuple[str, Approver] | None
+    approver: tuple[str, ApproverProfile] | None
     nonce_seen: bool
     signed_text: str
 
 
-def apply_decision(  # noqa: C901 - one check per rule, in a fixed, documented order
+def apply_decision(
     req: HeldRequest,
     decision: ApprovalDecision,
     check: DecisionCheck,
@@ -138,25 +183,9 @@ def apply_decision(  # noqa: C901 - one check per rule, in a fixed, documented o
             Refusal.DIGEST_MISMATCH,
             "The decision was made for a different version of the proposal (digest mismatch).",
         )
-    if not approver.may_approve_for(req.workspace):
-        return _refuse(
-            req,
-            Refusal.WRONG_WORKSPACE,
-            f"Approver {name} may not approve for workspace {req.workspace}.",
-        )
-    roles = req.requirement.roles
-    if roles and not set(roles) & set(approver.roles):
-        return _refuse(
-            req,
-            Refusal.NO_ROLE,
-            f"Approver {name} has none of the required roles ({', '.join(roles)}).",
-        )
-    if name == req.agent or req.agent in approver.agents:
-        return _refuse(
-            req,
-            Refusal.SELF_APPROVAL,
-            f"Approver {name} runs agent {req.agent} and cannot decide on its own proposal.",
-        )
+    ineligible = _ineligible(name, approver, req, req.requirement)
+    if ineligible is not None:
+        return _refuse(req, *ineligible)
     if name in req.approvers:
         return _refuse(
             req, Refusal.DUPLICATE_APPROVER, f"Approver {name} has already approved this request."
@@ -229,3 +258,67 @@ def cancel(req: HeldRequest, *, agent: str, reason: str = "") -> Step:
         message=f"Cancelled by agent {agent}{why}.",
         closed=RequestState.CANCELLED,
     )
+
+
+def satisfies(
+    req: HeldRequest, requirement: ApprovalRequirement, approvers: ApproverDirectory
+) -> bool:
+    """Whether the approvals `req` holds meet `requirement` under the current approvers.
+
+    Each approval counts once per approver, and only when its key still belongs to a
+    registered approver who may decide on this request now (workspace, role, not running the
+    proposing agent): the same rules a new decision must pass.
+    """
+    counted: set[str] = set()
+    for record in req.approvals:
+        found = approvers.approver_by_key(record.key) if record.key else None
+        if found is None:
+            continue
+        name, approver = found
+        if _ineligible(name, approver, req, requirement) is None:
+            counted.add(name)
+    return len(counted) >= requirement.approvals_needed
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """The request ends in `outcome`; the event carries `verdict` (the re-check's when it
+    denied the call, else the verdict the call was held under)."""
+
+    outcome: Outcome
+    reason: str
+    verdict: Verdict | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reopen:
+    """The policy now asks for more than the approvals given: the request stays pending under
+    the raised requirement."""
+
+    requirement: ApprovalRequirement
+    reason: str
+
+
+def settle(step: Step, recheck: Verdict | None, approvers: ApproverDirectory) -> Close | Reopen:
+    """What a step that closed a request comes to.
+
+    `recheck` is the held call evaluated again under the current policy (the stricter of the
+    held and the fresh verdict); it is required when the step approved the request: a denial
+    blocks the call as `denied`, a requirement the approvals no longer satisfy reopens it.
+    """
+    if step.closed is None:
+        raise ValueError("settle() takes a step that closed its request")
+    outcome = step.closed.outcome
+    assert outcome is not None
+    if step.closed is not RequestState.APPROVED:
+        return Close(outcome, step.message)
+    if recheck is None:
+        raise ValueError("an approved request is settled against the re-checked verdict")
+    if recheck.decision is Decision.DENY:
+        # The policy or the tool's definition changed while the call was held.
+        return Close(Outcome.DENIED, recheck.reason, recheck)
+    if recheck.requirement is not None and not satisfies(
+        step.request, recheck.requirement, approvers
+    ):
+        return Reopen(recheck.requirement, recheck.reason)
+    return Close(Outcome.RELEASED, step.message)

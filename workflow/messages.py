@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from workflow.classify.taxonomy import Category, RiskClass, Severity
+from workflow.outcomes import BlockedOutcome
 
 # A NATS subject token: no dots, wildcards or whitespace, so it can be embedded in a subject.
 Token = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
@@ -261,17 +262,6 @@ class Cancel(Wire):
 
 
 # --------------------------------------------------------------------------- events
-
-
-class Outcome(StrEnum):
-    RELEASED = "released"
-    DENIED = "denied"
-    REJECTED = "rejected"
-    EXPIRED = "expired"
-    CANCELLED = "cancelled"
-
-
-BlockedOutcome = Literal["denied", "rejected", "expired", "cancelled"]
 
 
 class InboxItem(Wire):
@@ -556,6 +546,21 @@ def canonical_json(value: Any) -> str:
 
 def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def definition_hash(definition: ToolDefinition) -> str:
+    """sha256 over the canonical JSON of description, input schema and annotations: what a
+    tool says about itself, the part a pin (`headgate tools pin`) is bound to."""
+    body = {
+        "description": definition.description,
+        "input_schema": definition.input_schema,
+        "annotations": (
+            definition.annotations.model_dump(mode="json", exclude_none=True)
+            if definition.annotations
+            else {}
+        ),
+    }
+    return sha256_hex(canonical_json(body))
 
 
 #: Every model that travels on a subject, by schema file name (see `headgate schemas`).

@@ -67,7 +67,11 @@ class ApproverKey:
         return unsigned.model_copy(update={"signature": self.sign(unsigned.signing_payload())})
 
 
-def _verify_key(public_key: str) -> nacl.signing.VerifyKey | None:
+def decode_user_key(public_key: str) -> bytes | None:
+    """The Ed25519 public key inside a public user nkey (``U…``, 56 characters, with its
+    checksum), or None when the text is not one."""
+    if len(public_key) != 56 or not public_key.startswith("U"):
+        return None
     try:
         raw = base64.b32decode(public_key + "=" * (-len(public_key) % 8))
     except (binascii.Error, ValueError):
@@ -77,7 +81,12 @@ def _verify_key(public_key: str) -> nacl.signing.VerifyKey | None:
     body, crc = raw[:-2], raw[-2:]
     if nkeys.crc16(bytearray(body)) != int.from_bytes(crc, "little"):
         return None
-    return nacl.signing.VerifyKey(bytes(body[1:]))
+    return bytes(body[1:])
+
+
+def _verify_key(public_key: str) -> nacl.signing.VerifyKey | None:
+    key = decode_user_key(public_key)
+    return nacl.signing.VerifyKey(key) if key is not None else None
 
 
 def verify(public_key: str, data: bytes, signature: str) -> bool:

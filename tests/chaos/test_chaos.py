@@ -39,7 +39,8 @@ from tests.support.natsproc import Servers, free_ports, start_cluster
 from workflow.messages import ApprovalDecision, ApprovalRecord, DecisionVerdict
 from workflow.service.embedded import EmbeddedNats
 from workflow.signing import ApproverKey, verify_record
-from workflow.store.repo import OUTCOMES, PROPOSALS, Store
+from workflow.store.repo import Store
+from workflow.store.tables import OUTCOMES, PROPOSALS
 from workflow.subjects import Subjects
 
 SUBJECTS = Subjects("headgate")
@@ -244,10 +245,10 @@ async def wait_for_outcomes(store: Store, expected: int, timeout: float) -> int:
     deadline = asyncio.get_running_loop().time() + timeout
     done = 0
     while asyncio.get_running_loop().time() < deadline:
-        async with store.engine.connect() as conn:
+        async with store.db.engine.connect() as conn:
             from sqlalchemy import func, select
 
-            from workflow.store.repo import OUTCOMES
+            from workflow.store.tables import OUTCOMES
 
             done = int(
                 (await conn.execute(select(func.count()).select_from(OUTCOMES))).scalar_one()
@@ -262,7 +263,7 @@ async def check_guarantees(
     nc: NATS, store: Store, load: Load, bot: ApproverKey, label: str
 ) -> dict[str, int]:
     # One terminal outcome per proposal (the outcome table's key), none missing, none extra.
-    async with store.engine.connect() as conn:
+    async with store.db.engine.connect() as conn:
         outcomes = {r.proposal_id: r.outcome for r in await conn.execute(select(OUTCOMES))}
         statuses = Counter(r.status for r in await conn.execute(select(PROPOSALS.c.status)))
     assert set(outcomes) == set(load.valid), "every proposal has exactly one terminal outcome"
@@ -297,7 +298,7 @@ async def check_guarantees(
             assert all(verify_record(a) and a.key == bot.public_key for a in approvals)
             assert approves(body["proposal_id"])
 
-    chain = await store.verify_audit()
+    chain = await store.audit.verify()
     assert chain.ok, chain.problem
 
     dead = await stream_bodies(nc, SUBJECTS.stream("dead"), "headgate.>")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from tests.classify.helpers import proposal, rules_of
-from workflow.classify.engine import classify, definition_hash
+from workflow.classify.engine import classify
 from workflow.classify.hosts import parse_ip
 from workflow.classify.tables import ClassifierTables, ToolRule
 from workflow.classify.targets import normalise
 from workflow.classify.taxonomy import Category, RiskClass, Severity
-from workflow.messages import ToolAnnotations, ToolDefinition
+from workflow.messages import ToolAnnotations, ToolDefinition, definition_hash
 
 DEF = ToolDefinition(description="Reads a file.", input_schema={"type": "object"})
 

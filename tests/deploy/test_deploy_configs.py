@@ -655,7 +655,7 @@ def test_k8s_headgate_runs_two_replicas_with_health_probes() -> None:
 
 
 def test_k8s_policy_configmap_is_a_valid_policy(tmp_path: Path) -> None:
-    from workflow.policy.model import load_policy
+    from workflow.policy.load import load_policy
 
     policies = [d for d in k8s_by_kind("ConfigMap") if "policy.toml" in d.get("data", {})]
     assert len(policies) == 1

@@ -13,8 +13,9 @@ import pytest
 
 from tests.service.helpers import propose, running_service, wait_until
 from workflow.errors import ConnectError
-from workflow.service.app import Service, Settings
 from workflow.service.embedded import EmbeddedNats
+from workflow.service.lifecycle import Service
+from workflow.service.settings import Settings
 
 
 async def test_the_service_reconnects_after_nats_is_killed_and_restarted(
@@ -63,7 +64,7 @@ async def test_a_message_that_keeps_failing_goes_to_the_dead_letter_subject(
             calls += 1
             raise OSError("disk I/O error")
 
-        monkeypatch.setattr(store, "record_intake", always_failing)
+        monkeypatch.setattr(store.proposals, "record", always_failing)
         pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
         (dead,) = await h.observer.wait_for("dead", timeout=15)
         assert calls == 5

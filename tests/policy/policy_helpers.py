@@ -8,7 +8,8 @@ import nkeys
 
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 from workflow.messages import Classification, Proposal, ToolDefinition
-from workflow.policy.model import Policy, load_policy_text
+from workflow.policy.load import load_policy_text
+from workflow.policy.model import Policy
 
 
 def user_key(n: int) -> str:

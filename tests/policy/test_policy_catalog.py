@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 
 from tests.policy.policy_helpers import policy
-from workflow.classify.engine import definition_hash
 from workflow.errors import ConfigError
-from workflow.messages import Decision, ToolDefinition
+from workflow.messages import Decision, ToolDefinition, definition_hash
 from workflow.policy.catalog import (
     CatalogTool,
     inherited_tools,
@@ -22,7 +21,8 @@ from workflow.policy.catalog import (
     review_catalog,
     unreviewed_tools,
 )
-from workflow.policy.model import PolicyValidationError, load_policy_text
+from workflow.policy.load import load_policy_text
+from workflow.policy.problems import PolicyValidationError
 
 QUERY: dict[str, Any] = {
     "name": "main_query",
@@ -160,7 +160,8 @@ def test_offered_tools_split_into_allowed_approvable_and_denied() -> None:
 
 def test_read_only_mode_offers_reads_only() -> None:
     p = policy('[tools.main_query]\nrisk_class = "read"\nseverity = "low"\n')
-    allowed, approvable, denied = offered_tools(p, catalog(), "coder", "default", read_only=True)
+    offered = offered_tools(p, catalog(), "coder", "default", read_only=True)
+    allowed, approvable, denied = offered.allowed, offered.approvable, offered.denied
     assert [t.name for t in allowed] == ["main_query", "read_file"]
     assert approvable == []
     assert {t.name for t in denied} == {"reports_query", "write_file", "frobnicate"}

@@ -5,9 +5,14 @@ from __future__ import annotations
 import pytest
 
 from tests.policy.policy_helpers import classified, policy, proposal
-from workflow.classify.engine import definition_hash
 from workflow.classify.taxonomy import RiskClass, Severity
-from workflow.messages import ApprovalRequirement, Decision, ToolDefinition, Verdict
+from workflow.messages import (
+    ApprovalRequirement,
+    Decision,
+    ToolDefinition,
+    Verdict,
+    definition_hash,
+)
 from workflow.policy.engine import evaluate, recheck
 from workflow.policy.model import Policy, default_policy
 from workflow.policy.requirement import ApprovalSpec

@@ -11,13 +11,10 @@ from workflow.classify.tables import ToolRule
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 from workflow.errors import PolicyError
 from workflow.messages import Decision
-from workflow.policy.model import (
-    Approver,
-    PolicyValidationError,
-    default_policy,
-    load_policy,
-    load_policy_text,
-)
+from workflow.policy.load import load_policy, load_policy_text
+from workflow.policy.model import default_policy
+from workflow.policy.problems import PolicyValidationError
+from workflow.policy.schema import Approver
 
 HASH_A = "a" * 64
 HASH_B = "b" * 64

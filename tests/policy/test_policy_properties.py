@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from workflow.classify.taxonomy import RiskClass, Severity
 from workflow.messages import Classification, Decision, Proposal, Verdict
 from workflow.policy.engine import evaluate, recheck
-from workflow.policy.model import Layer, Policy, Rule, ToolEntry
+from workflow.policy.model import Policy
 from workflow.policy.requirement import ApprovalSpec, at_least_as_strict
+from workflow.policy.schema import Layer, Rule, ToolEntry
 
 ROLES = ["lead", "sre", "dba"]
 TOOLS = ["t", "u"]

@@ -16,8 +16,10 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from workflow.datadir import local_approver
 from workflow.messages import ApprovalDecision, DecisionVerdict
-from workflow.service.app import Service, Settings, local_approver
+from workflow.service.lifecycle import Service
+from workflow.service.settings import Settings
 from workflow.signing import ApproverKey
 from workflow.subjects import Subjects
 
@@ -141,7 +143,7 @@ class Harness:
 
     async def audit_kinds(self) -> list[str]:
         assert self.service.ctx is not None
-        return [r.kind for r in await self.service.ctx.store.audit_rows()]
+        return [r.kind for r in await self.service.ctx.store.audit.rows()]
 
     async def stream_events(self, subject: str, proposal_id: str) -> list[dict[str, Any]]:
         """Every message stored in JetStream on `subject` for one proposal."""

@@ -19,7 +19,7 @@ from tests.service.helpers import (
     wait_until,
 )
 from workflow.messages import Executed
-from workflow.service import intake, runner
+from workflow.service import intake, publishing
 from workflow.service.background import republish_once
 
 
@@ -231,7 +231,7 @@ async def test_a_decision_for_an_unknown_request_is_refused_and_recorded(
         pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
         await h.observer.wait_for("released", pid)
         await wait_until(lambda: h.audit_kinds(), lambda kinds: "decision.refused" in kinds)
-        rows = await h.service.ctx.store.audit_rows()  # type: ignore[union-attr]
+        rows = await h.service.ctx.store.audit.rows()  # type: ignore[union-attr]
         refused = [r for r in rows if r.kind == "decision.refused"]
         assert "There is no approval request rq_doesnotexist" in refused[0].data
 
@@ -241,7 +241,7 @@ async def test_a_message_is_not_acked_until_its_effects_are_committed(
 ) -> None:
     async with running_service(nats_url, tmp_path, database_url=database_url) as h:
         store = h.service.ctx.store  # type: ignore[union-attr]
-        real = store.record_intake
+        real = store.proposals.record
         calls = 0
 
         async def failing_once(*args: Any, **kwargs: Any) -> Any:
@@ -251,7 +251,7 @@ async def test_a_message_is_not_acked_until_its_effects_are_committed(
                 raise OSError("database is locked")
             return await real(*args, **kwargs)
 
-        monkeypatch.setattr(store, "record_intake", failing_once)
+        monkeypatch.setattr(store.proposals, "record", failing_once)
         pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
         # The first attempt fails before commit: no event, no ack; redelivery succeeds.
         (released,) = await h.observer.wait_for("released", pid, timeout=10)
@@ -268,8 +268,8 @@ async def test_events_lost_after_the_commit_are_rebuilt_from_the_row_on_redelive
         nats_url, tmp_path, database_url=database_url, retry_base_delay=0.1
     ) as h:
         store = h.service.ctx.store  # type: ignore[union-attr]
-        real_publish = runner.publish_events
-        real_save = store.save_events
+        real_publish = publishing.publish_events
+        real_save = store.outbox.save
         publishes = 0
 
         async def publish_failing_once(*args: Any) -> Any:
@@ -283,15 +283,16 @@ async def test_events_lost_after_the_commit_are_rebuilt_from_the_row_on_redelive
             raise OSError("disk I/O error")
 
         monkeypatch.setattr(intake, "publish_events", publish_failing_once)
-        monkeypatch.setattr(store, "save_events", save_failing)
+        monkeypatch.setattr(store.outbox, "save", save_failing)
         pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
         (released,) = await h.observer.wait_for("released", pid, timeout=10)
         assert publishes == 2
-        (row,) = await store.stored_intake([pid])  # the first delivery's moment, not the second's
+        # the first delivery's moment, not the second's
+        (row,) = await store.proposals.stored([pid])
         assert datetime.fromisoformat(released["released_at"]) == row.received_at
         assert len(await h.stream_events(h.subjects.released("agent-1"), pid)) == 1
-        assert await store.events_for([pid]) == []
-        monkeypatch.setattr(store, "save_events", real_save)
+        assert await store.outbox.events_for([pid]) == []
+        monkeypatch.setattr(store.outbox, "save", real_save)
 
 
 async def test_events_that_cannot_be_published_are_kept_in_the_outbox_and_republished(
@@ -300,7 +301,7 @@ async def test_events_that_cannot_be_published_are_kept_in_the_outbox_and_republ
     async with running_service(nats_url, tmp_path, database_url=database_url) as h:
         ctx = h.service.ctx
         assert ctx is not None
-        real_publish = runner.publish_events
+        real_publish = publishing.publish_events
 
         async def publish_failing_once(*args: Any) -> Any:
             monkeypatch.setattr(intake, "publish_events", real_publish)
@@ -308,21 +309,21 @@ async def test_events_that_cannot_be_published_are_kept_in_the_outbox_and_republ
 
         monkeypatch.setattr(intake, "publish_events", publish_failing_once)
         intakes = 0
-        real_record = ctx.store.record_intake
+        real_record = ctx.store.proposals.record
 
         async def counting(*args: Any) -> Any:
             nonlocal intakes
             intakes += 1
             return await real_record(*args)
 
-        monkeypatch.setattr(ctx.store, "record_intake", counting)
+        monkeypatch.setattr(ctx.store.proposals, "record", counting)
         pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
-        await wait_until(lambda: ctx.store.events_for([pid]), bool, timeout=5)
-        assert [e.msg_id for e in await ctx.store.events_for([pid])] == [f"released:{pid}"]
+        await wait_until(lambda: ctx.store.outbox.events_for([pid]), bool, timeout=5)
+        assert [e.msg_id for e in await ctx.store.outbox.events_for([pid])] == [f"released:{pid}"]
         await asyncio.sleep(1.5)  # acked: no redelivery comes back through the intake
         assert intakes == 1
         assert h.observer.of("released", pid) == []
         assert await republish_once(ctx, grace=0) == 1
         (released,) = await h.observer.wait_for("released", pid, timeout=5)
         assert released["proposal_id"] == pid
-        await wait_until(lambda: ctx.store.unpublished(ctx.now()), lambda left: left == [])
+        await wait_until(lambda: ctx.store.outbox.unpublished(ctx.now()), lambda left: left == [])

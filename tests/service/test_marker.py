@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from workflow.service.runner import PublishedMarker
+from workflow.service.publishing import PublishedMarker
 
 
 class Marks:

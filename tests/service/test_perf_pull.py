@@ -14,7 +14,8 @@ from nats.aio.msg import Msg
 from nats.js.api import RetentionPolicy, StreamConfig
 
 from workflow.service.embedded import EmbeddedNats
-from workflow.service.runner import PullStage, attempts
+from workflow.service.pull import attempts
+from workflow.service.stage import PullStage
 from workflow.service.streams import ConsumerSpec
 
 

@@ -81,7 +81,7 @@ async def refused(h: Harness, nonce: str) -> str:
 
     async def rows() -> list[Any]:
         assert h.service.ctx is not None
-        return [r for r in await h.service.ctx.store.audit_rows() if nonce in r.data]
+        return [r for r in await h.service.ctx.store.audit.rows() if nonce in r.data]
 
     found = await wait_until(rows, lambda rs: any(r.kind == "decision.refused" for r in rs))
     return str(json.loads(found[-1].data)["message"])
@@ -298,3 +298,36 @@ async def test_the_agent_status_subject_answers_only_about_that_agents_proposals
         assert json.loads(other.data) == {
             "error": f"No proposal or request with id {pid!r} for agent agent-2."
         }
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        '[approvers.alice]\nkey = "{key}"\nroles = ["approver"]\nagents = ["agent-1"]',
+        '[approvers.alice]\nkey = "{key}"\nroles = ["approver"]\nworkspaces = ["elsewhere"]',
+    ],
+    ids=["now-runs-the-agent", "workspace-withdrawn"],
+)
+async def test_an_approval_that_no_longer_qualifies_does_not_count_at_release(
+    nats_url: str, tmp_path: Path, change: str
+) -> None:
+    """At release the approvals are counted again under the current policy: one whose approver
+    now runs the proposing agent, or may no longer approve for its workspace, does not count."""
+    async with guarded(nats_url, tmp_path, quorum=2) as h:
+        pid, item = await held_write(h)
+        await send_decision(
+            h.nc, h.subjects, decision(KEYS["alice"], item["request_id"], item["proposal_digest"])
+        )
+        await wait_until(h.audit_kinds, lambda kinds: "decision.accepted" in kinds)
+        alice = f'[approvers.alice]\nkey = "{KEYS["alice"].public_key}"\nroles = ["approver"]'
+        text = policy_text(quorum=2)
+        assert alice in text
+        (tmp_path / "policy.toml").write_text(
+            text.replace(alice, change.format(key=KEYS["alice"].public_key))
+        )
+        assert await h.service.reload_policy("test")
+        await send_decision(
+            h.nc, h.subjects, decision(KEYS["bob"], item["request_id"], item["proposal_digest"])
+        )
+        await wait_until(h.audit_kinds, lambda kinds: "requirement.raised" in kinds)
+        await assert_not_released(h, pid)

@@ -13,7 +13,8 @@ import pytest
 from tests.service.helpers import propose, running_service, wait_until
 from tests.service.test_security import policy_text
 from workflow.errors import ConfigError
-from workflow.service.app import Service, Settings
+from workflow.service.lifecycle import Service
+from workflow.service.settings import Settings
 from workflow.service.streams import service_consumers
 from workflow.service.workers import IntakeWorkers
 
@@ -74,7 +75,7 @@ async def test_workers_share_the_intake_and_a_killed_one_is_replaced(
         # back after ack_wait (30 s), to a live process.
         await _released_once(h, more, timeout=60)
         assert h.service.ctx is not None
-        assert (await h.service.ctx.store.verify_audit()).ok
+        assert (await h.service.ctx.store.audit.verify()).ok
     # Stopping the service stops its workers.
     assert not any(_alive(p) for p in replaced)
 
@@ -127,7 +128,7 @@ async def test_sighup_reloads_the_policy_in_the_workers_too(nats_url: str, tmp_p
         assert ctx is not None
 
         async def reloads() -> int:
-            rows = await ctx.store.audit_rows()
+            rows = await ctx.store.audit.rows()
             return sum(1 for r in rows if r.kind == "policy.reload" and "SIGHUP" in r.data)
 
         # Both processes pull (the worker installs its signal handlers before it does so).

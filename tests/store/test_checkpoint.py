@@ -12,14 +12,9 @@ import pytest
 from sqlalchemy import text
 
 from tests.store.test_repo import NOW, record
-from workflow.store.db import (
-    WAL_SIZE_LIMIT,
-    SqliteWriteLock,
-    WalCheckpointer,
-    create_engine,
-    sqlite_sync_writer,
-)
+from workflow.store.engine import WAL_SIZE_LIMIT, create_engine, sqlite_sync_writer
 from workflow.store.repo import Store
+from workflow.store.sqlite_writer import SqliteWriteLock, WalCheckpointer
 
 
 def _writer(path: Path) -> sqlite3.Connection:
@@ -97,7 +92,7 @@ async def test_the_service_writer_does_not_checkpoint_in_its_commits(tmp_path: P
 async def _write_back_to_back(store: Store, commits: int, name: str = "p") -> None:
     """Commit one proposal after another, as a busy intake does."""
     for n in range(commits):
-        await store.record_intake([record(f"{name}{n}")], NOW)
+        await store.proposals.record([record(f"{name}{n}")], NOW)
         await asyncio.sleep(0)  # the service's loop turns between batches (NATS I/O)
 
 
@@ -111,8 +106,8 @@ async def test_the_wal_starts_over_while_commits_keep_coming(
     # (no checkpoint) shows how far the same commits grow it otherwise (≈ 80 KB each).
     path = tmp_path / "hg.db"
     store = await Store.open(f"sqlite+aiosqlite:///{path}")
-    assert store._checkpointer is not None
-    store._checkpointer.interval = interval
+    assert store.db._checkpointer is not None
+    store.db._checkpointer.interval = interval
     try:
         await _write_back_to_back(store, 800)
         size = _wal_size(path)  # before closing: the last connection to close checkpoints
@@ -133,8 +128,8 @@ from workflow.store.repo import Store
 
 async def main() -> None:
     store = await Store.open(sys.argv[1])
-    assert store._checkpointer is not None
-    store._checkpointer.interval = 0.0
+    assert store.db._checkpointer is not None
+    store.db._checkpointer.interval = 0.0
     await _write_back_to_back(store, 800, "q")
     await store.close()
 
@@ -148,8 +143,8 @@ async def test_two_processes_writing_keep_the_wal_small_and_the_chain_whole(
     path = tmp_path / "hg.db"
     url = f"sqlite+aiosqlite:///{path}"
     store = await Store.open(url)  # migrated before the other process starts, as serve does
-    assert store._checkpointer is not None
-    store._checkpointer.interval = 0.0
+    assert store.db._checkpointer is not None
+    store.db._checkpointer.interval = 0.0
     other = await asyncio.create_subprocess_exec(
         sys.executable, "-c", _OTHER_WRITER, url, cwd=Path(__file__).parents[2]
     )
@@ -157,10 +152,10 @@ async def test_two_processes_writing_keep_the_wal_small_and_the_chain_whole(
         await _write_back_to_back(store, 800)
         assert await other.wait() == 0
         size = _wal_size(path)
-        async with store.engine.connect() as conn:
+        async with store.db.engine.connect() as conn:
             count = (await conn.execute(text("SELECT count(*) FROM proposals"))).scalar()
         assert count == 1600
-        assert (await store.verify_audit()).ok
+        assert (await store.audit.verify()).ok
     finally:
         if other.returncode is None:
             other.kill()

@@ -12,14 +12,18 @@ from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from workflow.classify.engine import classify
+from workflow.effects import AuditEntry, IntakeRecord, StepWrite
 from workflow.messages import Proposal
+from workflow.outcomes import RequestState
 from workflow.policy.engine import evaluate
 from workflow.policy.model import default_policy
-from workflow.service.routing import intake_events, release_id_for, route
-from workflow.store.audit import AuditEntry
-from workflow.store.db import MIGRATIONS, create_engine, migrate
-from workflow.store.repo import AUDIT, ConcurrentUpdate, IntakeRecord, StepWrite, Store
+from workflow.routing import intake_events, release_id_for, route
+from workflow.store.engine import Database, create_engine
+from workflow.store.migrations import MIGRATIONS, migrate
+from workflow.store.repo import Store
+from workflow.store.requests import ConcurrentUpdate
 from workflow.store.schema import SchemaVersionRow
+from workflow.store.tables import AUDIT
 from workflow.subjects import Subjects
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -79,8 +83,8 @@ async def test_migration_3_drops_the_unique_release_id_and_keeps_the_outcomes(
                 f"at {timestamp} NOT NULL, PRIMARY KEY (proposal_id), UNIQUE (release_id))"
             )
         )
-    store = Store(engine)
-    await store.record_intake(
+    store = Store(Database(engine))
+    await store.proposals.record(
         [record("p1", tool="read_file"), record("p2", tool="delete_file", path="build/out.o")], NOW
     )
     async with engine.connect() as conn:
@@ -92,9 +96,13 @@ async def test_migration_3_drops_the_unique_release_id_and_keeps_the_outcomes(
     async with engine.connect() as conn:
         after = (await conn.execute(text("SELECT * FROM outcomes ORDER BY proposal_id"))).all()
     assert after == before
-    assert await store.release_exists("p1", release_id_for("p1"))
-    assert not await store.release_exists("p2", release_id_for("p2"))  # denied: no release
-    assert not await store.release_exists("p2", release_id_for("p1"))  # another's release
+    assert await store.executions.release_exists("p1", release_id_for("p1"))
+    assert not await store.executions.release_exists(
+        "p2", release_id_for("p2")
+    )  # denied: no release
+    assert not await store.executions.release_exists(
+        "p2", release_id_for("p1")
+    )  # another's release
     # No unique index on release_id is left: a second row with the same release id is accepted
     # by the database (the id is derived from the primary key, which keeps it unique).
     await _insert_released(engine, "p3", release_id_for("p1"))
@@ -102,9 +110,9 @@ async def test_migration_3_drops_the_unique_release_id_and_keeps_the_outcomes(
 
 
 async def test_a_new_database_has_no_unique_release_id(store: Store) -> None:
-    await store.record_intake([record("p1", tool="read_file")], NOW)
-    await _insert_released(store.engine, "p2", release_id_for("p1"))
-    assert await store.release_exists("p1", release_id_for("p1"))
+    await store.proposals.record([record("p1", tool="read_file")], NOW)
+    await _insert_released(store.db.engine, "p2", release_id_for("p1"))
+    assert await store.executions.release_exists("p1", release_id_for("p1"))
 
 
 async def _insert_released(engine: AsyncEngine, proposal_id: str, release_id: str) -> None:
@@ -129,8 +137,8 @@ async def _indexes(engine: AsyncEngine) -> set[str]:
 
 
 async def test_migrations_run_once_and_are_recorded(store: Store) -> None:
-    assert await migrate(store.engine) == len(MIGRATIONS)
-    async with store.engine.connect() as conn:
+    assert await migrate(store.db.engine) == len(MIGRATIONS)
+    async with store.db.engine.connect() as conn:
         versions = (await conn.execute(text("SELECT version FROM schema_version"))).scalars()
         assert list(versions) == list(range(1, len(MIGRATIONS) + 1))
 
@@ -138,11 +146,11 @@ async def test_migrations_run_once_and_are_recorded(store: Store) -> None:
 async def test_recording_the_same_proposal_twice_keeps_one_and_reports_the_digest(
     store: Store,
 ) -> None:
-    first = await store.record_intake([record("p1")], NOW)
+    first = await store.proposals.record([record("p1")], NOW)
     assert first.new == {"p1"}
-    again = await store.record_intake([record("p1"), record("p2")], NOW)
+    again = await store.proposals.record([record("p1"), record("p2")], NOW)
     assert again.new == {"p2"}
-    assert again.existing_digests == {"p1": record("p1").proposal["digest"]}
+    assert again.existing_digests == {"p1": record("p1").proposal.digest}
 
 
 @pytest.mark.parametrize(
@@ -161,76 +169,82 @@ async def test_the_intake_events_are_rebuilt_byte_for_byte_from_the_stored_row(
     trace = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
     now = datetime(2026, 11, 30, 12, 0, 1, 123456, tzinfo=UTC)
     rec = route(SUBJECTS, proposal, payload % tool, c, evaluate(proposal, c, policy), now, trace)
-    await store.record_intake([rec], now)
-    (stored,) = await store.stored_intake(["p1", "missing"])
+    await store.proposals.record([rec], now)
+    (stored,) = await store.proposals.stored(["p1", "missing"])
     assert [e.msg_id.split(":")[0] for e in rec.events] == kinds
     assert intake_events(SUBJECTS, stored) == rec.events
-    assert await store.events_for(["p1"]) == []
+    assert await store.outbox.events_for(["p1"]) == []
 
 
 async def test_a_stale_version_cannot_change_a_request(store: Store) -> None:
     rec = record("p1")
-    await store.record_intake([rec], NOW)
-    loaded = await store.load_request("p1")
+    await store.proposals.record([rec], NOW)
+    loaded = await store.requests.load("p1")
     assert loaded is not None
     held, version = loaded
-    write = StepWrite(request_id=held.request_id, expected_version=version, new_state="rejected")
-    assert await store.commit_step(write, NOW)
+    write = StepWrite(
+        request_id=held.request_id, expected_version=version, new_state=RequestState.REJECTED
+    )
+    assert await store.requests.commit_step(write, NOW)
     with pytest.raises(ConcurrentUpdate):
-        await store.commit_step(
-            StepWrite(request_id=held.request_id, expected_version=version, new_state="approved"),
+        await store.requests.commit_step(
+            StepWrite(
+                request_id=held.request_id,
+                expected_version=version,
+                new_state=RequestState.APPROVED,
+            ),
             NOW,
         )
-    again = await store.load_request(held.request_id)
+    again = await store.requests.load(held.request_id)
     assert again is not None
     assert again[0].state == "rejected"
 
 
 async def test_due_requests_are_those_past_their_expiry(store: Store) -> None:
-    await store.record_intake([record("p1")], NOW)
-    assert await store.due_requests(NOW) == []
-    due = await store.due_requests(NOW + timedelta(hours=2))
+    await store.proposals.record([record("p1")], NOW)
+    assert await store.requests.due(NOW) == []
+    due = await store.requests.due(NOW + timedelta(hours=2))
     assert [h.proposal_id for h, _ in due] == ["p1"]
 
 
 async def test_unpublished_events_are_found_until_marked(store: Store) -> None:
-    await store.save_events(record("p1", tool="read_file").events, NOW)
-    pending = await store.unpublished(NOW + timedelta(seconds=1))
+    await store.outbox.save(record("p1", tool="read_file").events, NOW)
+    pending = await store.outbox.unpublished(NOW + timedelta(seconds=1))
     assert [e.msg_id for e in pending] == ["released:p1"]
-    await store.mark_published(["released:p1"])
-    assert await store.unpublished(NOW + timedelta(seconds=1)) == []
+    await store.outbox.mark_published(["released:p1"])
+    assert await store.outbox.unpublished(NOW + timedelta(seconds=1)) == []
 
 
 async def test_the_audit_chain_verifies_and_detects_an_altered_record(store: Store) -> None:
-    await store.record_intake([record(f"p{i}") for i in range(5)], NOW)
-    await store.append_audit([AuditEntry("note", "tester", {"n": 1})], NOW)
-    ok = await store.verify_audit(batch=3)
+    await store.proposals.record([record(f"p{i}") for i in range(5)], NOW)
+    await store.audit.append([AuditEntry("note", "tester", {"n": 1})], NOW)
+    ok = await store.audit.verify(batch=3)
     assert ok.ok
     assert ok.checked == 11
-    async with store.engine.begin() as conn:
+    async with store.db.engine.begin() as conn:
         await conn.execute(update(AUDIT).where(AUDIT.c.seq == 4).values(actor="someone-else"))
-    broken = await store.verify_audit()
+    broken = await store.audit.verify()
     assert not broken.ok
     assert broken.first_bad_seq == 4
     assert "altered" in broken.problem
 
 
 async def test_the_audit_chain_detects_a_removed_record(store: Store) -> None:
-    await store.record_intake([record(f"p{i}") for i in range(3)], NOW)
-    async with store.engine.begin() as conn:
+    await store.proposals.record([record(f"p{i}") for i in range(3)], NOW)
+    async with store.db.engine.begin() as conn:
         await conn.execute(AUDIT.delete().where(AUDIT.c.seq == 2))
-    broken = await store.verify_audit()
+    broken = await store.audit.verify()
     assert not broken.ok
     assert broken.first_bad_seq == 3
 
 
 async def test_the_audit_chain_detects_records_cut_from_the_end(store: Store) -> None:
-    await store.record_intake([record(f"p{i}") for i in range(3)], NOW)
-    async with store.engine.begin() as conn:
+    await store.proposals.record([record(f"p{i}") for i in range(3)], NOW)
+    async with store.db.engine.begin() as conn:
         last = (await conn.execute(select(AUDIT.c.seq).order_by(AUDIT.c.seq.desc()))).first()
         assert last is not None
         await conn.execute(AUDIT.delete().where(AUDIT.c.seq == last.seq))
-    broken = await store.verify_audit()
+    broken = await store.audit.verify()
     assert not broken.ok
     assert "removed from the end" in broken.problem
 
@@ -238,12 +252,12 @@ async def test_the_audit_chain_detects_records_cut_from_the_end(store: Store) ->
 async def test_audit_verify_command_reports_tampering(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'headgate.db'}"
     s = await Store.open(url)
-    await s.record_intake([record("p1"), record("p2")], NOW)
+    await s.proposals.record([record("p1"), record("p2")], NOW)
     run = [sys.executable, "-m", "workflow", "audit", "verify", "--data-dir", str(tmp_path)]
     good = subprocess.run(run, capture_output=True, text=True, check=False)
     assert good.returncode == 0, good.stderr
     assert "intact" in good.stdout
-    async with s.engine.begin() as conn:
+    async with s.db.engine.begin() as conn:
         await conn.execute(update(AUDIT).where(AUDIT.c.seq == 2).values(data='{"forged":true}'))
     await s.close()
     bad = subprocess.run(run, capture_output=True, text=True, check=False)

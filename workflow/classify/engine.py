@@ -14,13 +14,8 @@ from workflow.classify.shell import command_findings
 from workflow.classify.tables import BUILTIN_TOOLS, DEFAULT_TABLES, ClassifierTables, ToolRule
 from workflow.classify.targets import Access, check_path, path_rules
 from workflow.classify.taxonomy import Capability, Category, RiskClass, Severity, parse_capability
-from workflow.messages import (
-    Classification,
-    Proposal,
-    ToolDefinition,
-    canonical_json,
-    sha256_hex,
-)
+from workflow.messages import Classification, Proposal
+from workflow.messages import definition_hash as definition_hash  # re-exported
 
 _COMMAND_KEYS = frozenset({"command", "cmd"})
 
@@ -49,20 +44,6 @@ _CAPABILITY: dict[Capability, tuple[RiskClass, Severity, tuple[Category, ...], s
         "changes authorisation (who may do what)",
     ),
 }
-
-
-def definition_hash(definition: ToolDefinition) -> str:
-    """sha256 over the canonical JSON of description, input schema and annotations."""
-    body = {
-        "description": definition.description,
-        "input_schema": definition.input_schema,
-        "annotations": (
-            definition.annotations.model_dump(mode="json", exclude_none=True)
-            if definition.annotations
-            else {}
-        ),
-    }
-    return sha256_hex(canonical_json(body))
 
 
 def _table_rule(tool: str, tables: ClassifierTables, acc: Accumulator) -> ToolRule | None:

@@ -17,8 +17,8 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from workflow.client import transport
+from workflow.datadir import LOCAL_KEY_FILE, URL_FILE
 from workflow.errors import ConfigError, ConnectError
-from workflow.service.app import LOCAL_KEY_FILE, URL_FILE
 from workflow.signing import ApproverKey
 from workflow.subjects import Subjects
 

@@ -19,9 +19,9 @@ from workflow.classify.tables import DEFAULT_TABLES, ClassifierTables
 from workflow.cli.common import DEFAULT_DATA_DIR, DataDir, JsonOut, console, print_json
 from workflow.errors import ConfigError, describe_invalid
 from workflow.messages import Classification, Proposal
-from workflow.policy.model import load_policy
+from workflow.policy.load import load_policy
 from workflow.schemas import write_schemas
-from workflow.service.app import Settings
+from workflow.service.settings import Settings
 from workflow.signing import ApproverKey
 from workflow.store.repo import Store
 
@@ -178,7 +178,7 @@ def audit_verify(
     async def run() -> Any:
         store = await Store.open(_db_url(database_url, data_dir))
         try:
-            return await store.verify_audit()
+            return await store.audit.verify()
         finally:
             await store.close()
 
@@ -218,13 +218,13 @@ def audit_tail(
     async def run() -> None:
         store = await Store.open(_db_url(database_url, data_dir))
         try:
-            rows = await store.audit_rows()
+            rows = await store.audit.rows()
             rows = rows[-lines:]
             last = rows[-1].seq if rows else 0
             _print_audit(rows, json_out)
             while follow:
                 await asyncio.sleep(1.0)
-                new = await store.audit_rows(after_seq=last)
+                new = await store.audit.rows(after_seq=last)
                 if new:
                     _print_audit(new, json_out)
                     last = new[-1].seq

@@ -29,7 +29,6 @@ from workflow.messages import (
     GetQuery,
     OfferedQuery,
     OfferedReply,
-    OfferedTool,
     Proposal,
     ProposalHistory,
     Verdict,
@@ -44,7 +43,8 @@ from workflow.policy.catalog import (
 )
 from workflow.policy.engine import evaluate
 from workflow.policy.explain import explain_data, explain_lines
-from workflow.policy.model import Policy, default_policy, load_policy
+from workflow.policy.load import load_policy
+from workflow.policy.model import Policy, default_policy
 from workflow.subjects import Subjects
 
 policy_app = typer.Typer(help="Check a policy file.", no_args_is_help=True)
@@ -190,17 +190,8 @@ def tools_offered(
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read the tool catalog {tools}: {exc}") from exc
     if policy is not None:
-        split = offered_tools(
+        reply = offered_tools(
             load_policy(policy), parse_catalog(raw, source=str(tools)), agent, workspace, read_only
-        )
-        reply = OfferedReply(
-            **{
-                k: [
-                    OfferedTool(name=t.name, decision=t.decision, reason=t.reason)
-                    for t in getattr(split, k)
-                ]
-                for k in ("allowed", "approvable", "denied")
-            }
         )
     else:
         query = OfferedQuery(
@@ -276,7 +267,7 @@ async def _seen_tools(data_dir: Path, database_url: str | None) -> list[CatalogT
 
     store = await Store.open(_db_url(database_url, data_dir))
     try:
-        payloads = await store.seen_definitions()
+        payloads = await store.proposals.seen_definitions()
     finally:
         await store.close()
     latest: dict[str, CatalogTool] = {}

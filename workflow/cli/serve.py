@@ -12,7 +12,8 @@ import typer
 
 from workflow.cli.common import DEFAULT_DATA_DIR, DataDir, NatsUrl, Prefix
 from workflow.cli.logs import setup_logging
-from workflow.service.app import Service, Settings
+from workflow.service.lifecycle import Service
+from workflow.service.settings import Settings
 
 
 class LogFormat(StrEnum):

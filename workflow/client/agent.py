@@ -23,7 +23,7 @@ from nats.aio.client import Client as NATS
 from workflow.client import transport
 from workflow.client.errors import NoLedger, NotProcessed, ResultTimeout, ToolBlocked
 from workflow.client.ledger import Ledger
-from workflow.client.results import Event, Outcome, ResultRouter
+from workflow.client.results import Event, OutcomeEvent, ResultRouter
 from workflow.client.worker import (
     ACK_WAIT,
     BlockedHandler,
@@ -46,12 +46,11 @@ from workflow.messages import (
     ToolDefinition,
     Verdict,
 )
+from workflow.outcomes import PENDING, Outcome, is_terminal
 from workflow.subjects import Subjects
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-TERMINAL = frozenset({"released", "denied", "rejected", "expired", "cancelled"})
 
 
 @dataclass
@@ -62,10 +61,10 @@ class Ticket:
     proposal: Proposal
     classification: Classification
     verdict: Verdict
-    status: str = "pending"
+    status: str = PENDING
     request_id: str | None = None
     expires_at: datetime | None = None
-    _outcome: Outcome | None = field(default=None, repr=False)
+    _outcome: OutcomeEvent | None = field(default=None, repr=False)
 
     @property
     def proposal_id(self) -> str:
@@ -76,7 +75,7 @@ class Ticket:
         """True when the call waits for approvals."""
         return self.verdict.decision == Decision.REQUIRE_APPROVAL
 
-    async def result(self, timeout: float | None = None) -> Outcome:
+    async def result(self, timeout: float | None = None) -> OutcomeEvent:
         """`Released` (run the call with its `arguments`) or `Blocked` (`outcome`, `reason`).
 
         Raises `ResultTimeout` when nothing happened within `timeout` seconds.
@@ -207,7 +206,11 @@ class Headgate:
         if isinstance(event, Held):
             ticket.request_id, ticket.expires_at = event.request_id, event.expires_at
         elif isinstance(event, Released):
-            ticket.status, ticket.request_id, ticket._outcome = "released", event.request_id, event
+            ticket.status, ticket.request_id, ticket._outcome = (
+                Outcome.RELEASED,
+                event.request_id,
+                event,
+            )
         else:
             ticket.status, ticket.request_id, ticket._outcome = (
                 event.outcome,
@@ -230,13 +233,13 @@ class Headgate:
             raise NotFoundError("proposal", proposal_id)
         return self._ticket_from_history(found)
 
-    async def _outcome_of(self, ticket: Ticket, timeout: float | None) -> Outcome:
+    async def _outcome_of(self, ticket: Ticket, timeout: float | None) -> OutcomeEvent:
         watch = self.router.watch(ticket.proposal_id)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         status = ticket.status
         while True:
-            if status in TERMINAL and not watch.outcome.done():
+            if is_terminal(status) and not watch.outcome.done():
                 # It ended before this client listened (or the event was lost): read it back.
                 since = ticket.proposal.created_at or datetime.now(UTC)
                 found = await self.router.find(ticket.proposal_id, since)

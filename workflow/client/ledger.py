@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import IO, Literal
 
 from workflow.errors import ConfigError
+from workflow.outcomes import Outcome
 
+#: A queued call's local lifecycle (not an outcome: a call is `blocked` with its `Outcome`).
 State = Literal["queued", "started", "finished", "unknown", "blocked"]
 
 _SCHEMA = """
@@ -51,7 +53,7 @@ class Entry:
     release_id: str | None
     success: bool | None
     summary: str
-    outcome: str | None
+    outcome: Outcome | None
     finished_at: datetime | None
 
 
@@ -138,7 +140,7 @@ class Ledger:
             (summary, _now(), proposal_id),
         )
 
-    def block(self, proposal_id: str, outcome: str, reason: str) -> None:
+    def block(self, proposal_id: str, outcome: Outcome, reason: str) -> None:
         self._db.execute(
             "UPDATE calls SET state = 'blocked', outcome = ?, summary = ?, finished_at = ? "
             "WHERE proposal_id = ? AND state = 'queued'",
@@ -172,6 +174,6 @@ def _entry(row: tuple[object, ...]) -> Entry:
         release_id=release_id if isinstance(release_id, str) else None,
         success=None if success is None else bool(success),
         summary=str(summary),
-        outcome=outcome if isinstance(outcome, str) else None,
+        outcome=Outcome(outcome) if isinstance(outcome, str) else None,
         finished_at=datetime.fromisoformat(finished) if isinstance(finished, str) else None,
     )

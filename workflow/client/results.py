@@ -27,7 +27,8 @@ from workflow.subjects import Subjects
 
 log = logging.getLogger("headgate.client")
 
-Outcome = Released | Blocked
+#: The terminal event of a proposal (its `outcomes.Outcome` is `released` or a blocked one).
+OutcomeEvent = Released | Blocked
 Event = Held | Released | Blocked
 
 #: Slack between the service's clock (proposal times) and the server's (stream timestamps).
@@ -61,7 +62,7 @@ class Watch:
     """What a client waits for about one proposal."""
 
     first: asyncio.Future[Event]
-    outcome: asyncio.Future[Outcome]
+    outcome: asyncio.Future[OutcomeEvent]
 
 
 @dataclass
@@ -120,7 +121,7 @@ class ResultRouter:
 
     async def find(
         self, proposal_id: str, since: datetime, timeout: float = 10.0
-    ) -> Outcome | None:
+    ) -> OutcomeEvent | None:
         """Read this agent's results from `since` (minus clock slack) for the proposal's outcome."""
         js = self.nc.jetstream()
         config = ConsumerConfig(

@@ -37,6 +37,7 @@ from workflow.client import transport
 from workflow.client.ledger import Entry, Ledger
 from workflow.client.results import parse_event, results_filter
 from workflow.messages import Blocked, Executed, Held, Released
+from workflow.outcomes import Outcome
 from workflow.subjects import Subjects
 
 log = logging.getLogger("headgate.client.worker")
@@ -130,7 +131,7 @@ class Worker:
             result = self.on_blocked(event)  # at least once: before the ledger records it
             if inspect.isawaitable(result):
                 await result
-        self.ledger.block(event.proposal_id, event.outcome, event.reason)
+        self.ledger.block(event.proposal_id, Outcome(event.outcome), event.reason)
         self.stats.blocked += 1
 
     async def _released(self, event: Released, entry: Entry, msg: Msg) -> None:

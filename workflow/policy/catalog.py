@@ -15,30 +15,30 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import tomlkit
 import tomlkit.exceptions
 from pydantic import ValidationError
 
-from workflow.classify.engine import classify, definition_hash
+from workflow.classify.engine import classify
 from workflow.classify.taxonomy import RiskClass, Severity
 from workflow.errors import ConfigError
 from workflow.messages import (
     Classification,
     Decision,
+    OfferedReply,
+    OfferedTool,
     Proposal,
     ToolAnnotations,
     ToolDefinition,
+    definition_hash,
 )
 from workflow.policy.engine import evaluate
-from workflow.policy.model import (
-    Policy,
-    PolicyProblem,
-    PolicyValidationError,
-    fingerprint,
-    load_policy_text,
-)
+from workflow.policy.load import load_policy_text
+from workflow.policy.model import Policy
+from workflow.policy.problems import PolicyProblem, PolicyValidationError
+from workflow.policy.schema import fingerprint
 
 
 @dataclass(frozen=True)
@@ -278,19 +278,6 @@ def inherited_tools(policy: Policy, catalog: Iterable[CatalogTool]) -> list[Inhe
 # --------------------------------------------------------------------------- offering
 
 
-@dataclass(frozen=True)
-class OfferedTool:
-    name: str
-    decision: Decision
-    reason: str
-
-
-class Offered(NamedTuple):
-    allowed: list[OfferedTool]
-    approvable: list[OfferedTool]
-    denied: list[OfferedTool]
-
-
 def offered_tools(
     policy: Policy,
     catalog: Iterable[CatalogTool],
@@ -299,13 +286,13 @@ def offered_tools(
     read_only: bool = False,
     *,
     source: str | None = None,
-) -> Offered:
+) -> OfferedReply:
     """Split the catalog into tools to offer as allowed, as approvable, and not at all.
 
     Without arguments a call is judged by its tool alone; the real call is decided again when
     it is made. `read_only` (a planning mode) offers reads only: every other tool is denied.
     """
-    result = Offered([], [], [])
+    result = OfferedReply(allowed=[], approvable=[], denied=[])
     for tool in catalog:
         call = _proposal(tool, agent=agent, workspace=workspace, source=source)
         classification = classify(call, policy.tables_for(tool.name, tool.definition))
@@ -313,9 +300,9 @@ def offered_tools(
         if read_only and classification.risk_class is not RiskClass.READ:
             result.denied.append(
                 OfferedTool(
-                    tool.name,
-                    Decision.DENY,
-                    f"Read-only mode offers reads only, and `{tool.name}` is classified "
+                    name=tool.name,
+                    decision=Decision.DENY,
+                    reason=f"Read-only mode offers reads only, and `{tool.name}` is classified "
                     f"{classification.risk_class}.",
                 )
             )
@@ -325,7 +312,7 @@ def offered_tools(
             Decision.REQUIRE_APPROVAL: result.approvable,
             Decision.DENY: result.denied,
         }[verdict.decision]
-        bucket.append(OfferedTool(tool.name, verdict.decision, verdict.reason))
+        bucket.append(OfferedTool(name=tool.name, decision=verdict.decision, reason=verdict.reason))
     return result
 
 

@@ -33,8 +33,9 @@ from workflow.messages import (
     Verdict,
 )
 from workflow.policy.durations import format_duration
-from workflow.policy.model import Layer, Policy, ToolMatch
+from workflow.policy.model import Policy
 from workflow.policy.requirement import ApprovalSpec, describe, strictest
+from workflow.policy.schema import Layer, ToolMatch
 
 _VERB = {
     Decision.ALLOW: "allows",

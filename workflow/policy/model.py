@@ -1,231 +1,44 @@
-"""The policy file's model, loading and validation errors.
+"""The policy: the whole file as one frozen model, and the questions the engine asks it
+(decisions by class and tool, approval requirements, pins and fingerprints, approvers).
 
-The policy is TOML validated by these pydantic models (`extra="forbid"` everywhere, so a typo
-is an error). `load_policy(path)` and `load_policy_text(text, source)` turn every problem into a
-`PolicyValidationError` naming the file, the line, the key path and what is wrong. The rules a
-policy must satisfy beyond field types (workspace and source sections only tighten, destructive
-approval needs a quorum of two, ...) live in `workflow.policy.rules`.
+A `Policy` is made by `workflow.policy.load` (which also checks `workflow.policy.rules`) or
+`default_policy`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
-import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-import nkeys
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, Field, field_validator
 
-from workflow.classify.engine import definition_hash
-from workflow.classify.tables import ClassifierTables, ToolRule
-from workflow.classify.taxonomy import Category, RiskClass, Severity
+from workflow.classify.tables import ClassifierTables
+from workflow.classify.taxonomy import RiskClass, Severity
 from workflow.messages import (
     ApprovalRequirement,
     Decision,
     ToolDefinition,
     canonical_json,
+    definition_hash,
     sha256_hex,
 )
 from workflow.policy.durations import Duration
-from workflow.policy.problems import PolicyProblem as PolicyProblem  # re-exported
-from workflow.policy.problems import PolicyValidationError as PolicyValidationError
-from workflow.policy.requirement import ApprovalSpec, Role
-from workflow.policy.source import error_message, error_path, render_key
-
-Token = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
-ToolName = Annotated[str, Field(min_length=1, max_length=200)]
-
-
-def _check_hash(value: str) -> str:
-    if not re.fullmatch(r"[0-9a-f]{64}", value):
-        raise ValueError(
-            f"{value!r} is not a definition hash (64 lowercase hex characters, as written by "
-            "`headgate tools pin`)"
-        )
-    return value
-
-
-DefinitionHash = Annotated[str, AfterValidator(_check_hash)]
-ServerKind = Annotated[str, Field(min_length=1, max_length=200)]
-
-DEFAULT_CLASS_DECISIONS: dict[RiskClass, Decision] = {
-    RiskClass.READ: Decision.ALLOW,
-    RiskClass.EGRESS: Decision.REQUIRE_APPROVAL,
-    RiskClass.EXTERNAL: Decision.REQUIRE_APPROVAL,
-    RiskClass.WRITE_LOCAL: Decision.REQUIRE_APPROVAL,
-    RiskClass.EXEC: Decision.REQUIRE_APPROVAL,
-    RiskClass.DESTRUCTIVE: Decision.DENY,
-}
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _valid_user_nkey(key: str) -> bool:
-    if len(key) != 56 or not key.startswith("U"):
-        return False
-    try:
-        raw = base64.b32decode(key + "=" * (-len(key) % 8))
-    except (binascii.Error, ValueError):
-        return False
-    return len(raw) == 35 and bytes(nkeys.crc16_checksum(raw[:-2])) == raw[-2:]
-
-
-class Approver(Strict):
-    """A person who may approve held calls, identified by the key that signs their decisions."""
-
-    key: str = Field(description="Public nkey of the approver (a user key, starts with U).")
-    roles: list[Role] = Field(default_factory=lambda: ["approver"], min_length=1)
-    workspaces: list[Annotated[str, Field(pattern=r"^(\*|[A-Za-z0-9_-]+)$")]] = Field(
-        default_factory=lambda: ["*"],
-        min_length=1,
-        description='Workspaces this approver may approve for; ["*"] means all.',
-    )
-    agents: list[Token] = Field(
-        default_factory=list,
-        description="Agent names this person runs: they can never approve those agents' calls.",
-    )
-
-    @field_validator("key")
-    @classmethod
-    def _check_key(cls, key: str) -> str:
-        if not _valid_user_nkey(key):
-            raise ValueError(
-                f"{key!r} is not a public user nkey (56 characters starting with U, as "
-                "printed by `headgate keys new`)"
-            )
-        return key
-
-    def may_approve_for(self, workspace: str) -> bool:
-        return "*" in self.workspaces or workspace in self.workspaces
-
-    def runs_agent(self, agent: str) -> bool:
-        """True when this person runs `agent`: they may never approve its proposals."""
-        return agent in self.agents
-
-    def may_approve(self, *, workspace: str, agent: str) -> bool:
-        return self.may_approve_for(workspace) and not self.runs_agent(agent)
-
-
-class Rule(Strict):
-    """A decision and/or an approval requirement. `exec = "deny"` is short for a decision."""
-
-    decision: Decision | None = None
-    approval: ApprovalSpec | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _shorthand(cls, data: Any) -> Any:
-        return {"decision": data} if isinstance(data, str) else data
-
-
-class ToolEntry(Strict):
-    """`[tools.<name>]`: how the operator reviewed one tool."""
-
-    risk_class: RiskClass | None = Field(default=None, description="Classify the tool as this.")
-    severity: Severity | None = None
-    categories: list[Category] | None = None
-    takes_command: bool | None = Field(
-        default=None, description="A shell tool: its class is what analysing the command finds."
-    )
-    decision: Decision | None = Field(
-        default=None, description="The global decision for this tool (replaces the class's)."
-    )
-    approval: ApprovalSpec | None = None
-    allow_max_severity: Severity | None = Field(
-        default=None,
-        description="An allow for this tool holds up to this severity (default: the global one).",
-    )
-    pin: DefinitionHash | None = Field(
-        default=None, description="Definition hash this entry was reviewed under."
-    )
-    server: ServerKind | None = Field(
-        default=None, description="Kind of server offering the tool, for fingerprint inheritance."
-    )
-
-    @model_validator(mode="after")
-    def _risk_fields_go_together(self) -> ToolEntry:
-        if self.risk_class is None:
-            stray = [
-                name
-                for name in ("severity", "categories", "takes_command")
-                if getattr(self, name) is not None
-            ]
-            if stray:
-                raise ValueError(f"{', '.join(stray)} needs risk_class to be set as well")
-        elif self.severity is None:
-            raise ValueError(f"risk_class = {self.risk_class!r} needs a severity as well")
-        return self
-
-    @property
-    def reviewed(self) -> bool:
-        """An explicit classification: the entry sets the tool's risk class or its decision."""
-        return self.risk_class is not None or self.decision is not None
-
-    def tool_rule(self) -> ToolRule | None:
-        if self.risk_class is None or self.severity is None:
-            return None
-        return ToolRule(
-            risk_class=self.risk_class,
-            severity=self.severity,
-            categories=frozenset(self.categories or ()),
-            takes_command=bool(self.takes_command),
-        )
-
-
-class LockEntry(Strict):
-    """`[lock]` value: a definition hash, or `{ hash = "...", server = "postgres-mcp" }`."""
-
-    hash: DefinitionHash
-    server: ServerKind | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _shorthand(cls, data: Any) -> Any:
-        return {"hash": data} if isinstance(data, str) else data
-
-
-class Layer(Strict):
-    """`[workspaces.<name>]` or `[sources.<name>]`: entries that may only tighten."""
-
-    mode: Literal["default", "all_writes"] | None = None
-    unknown_tool: Decision | None = None
-    approval: ApprovalSpec | None = Field(
-        default=None, description="Requirement for every call held in this workspace/source."
-    )
-    classes: dict[RiskClass, Rule] = Field(default_factory=dict)
-    tools: dict[ToolName, Rule] = Field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ToolMatch:
-    """The `[tools.<name>]` entry that applies to a tool, possibly inherited by fingerprint."""
-
-    name: str
-    entry: ToolEntry
-    inherited: bool = False
-    fingerprint: str | None = None
-
-
-def fingerprint(server: str, dhash: str) -> str:
-    """Same server kind + same definition = same tool, whatever a connection calls it."""
-    return f"{server}:{dhash}"
+from workflow.policy.requirement import ApprovalSpec
+from workflow.policy.schema import (
+    DEFAULT_CLASS_DECISIONS,
+    Approver,
+    Layer,
+    LockEntry,
+    Rule,
+    Strict,
+    Token,
+    ToolEntry,
+    ToolMatch,
+    ToolName,
+    fingerprint,
+)
 
 
 class Policy(Strict):
@@ -260,15 +73,6 @@ class Policy(Strict):
             )
             for risk, default in DEFAULT_CLASS_DECISIONS.items()
         }
-
-    @model_validator(mode="after")
-    def _check_rules(self) -> Policy:
-        from workflow.policy.rules import policy_problems
-
-        problems = policy_problems(self)
-        if problems:
-            raise PolicyValidationError(problems)
-        return self
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Policy:
         """A copy without the cached revision and tables (they describe the original).
@@ -440,55 +244,3 @@ def default_policy(
     *, ttl_seconds: int = 3600, approvers: dict[str, Approver] | None = None
 ) -> Policy:
     return Policy(default_ttl=ttl_seconds, approvers=approvers or {})
-
-
-def load_policy_text(text: str, source: str = "<policy>") -> Policy:
-    """Parse and validate a policy. Raises `PolicyValidationError` (a `PolicyError`)."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise _syntax_error(str(exc), source) from None
-    try:
-        return Policy.model_validate(data)
-    except PolicyValidationError as exc:
-        raise exc.located(text, source) from None
-    except ValidationError as exc:
-        problems = [
-            PolicyProblem(
-                key=render_key(error_path(err["loc"])) or "(top level)",
-                message=error_message(Policy, err),
-                path=tuple(error_path(err["loc"])),
-            )
-            for err in exc.errors()
-        ]
-        raise PolicyValidationError(problems).located(text, source) from None
-
-
-def load_policy(path: Path) -> Policy:
-    """Read and validate the policy file at `path`."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise PolicyValidationError(
-            [PolicyProblem("(file)", f"the policy file cannot be read: {reason}")],
-            source=str(path),
-        ) from None
-    except UnicodeDecodeError:
-        raise PolicyValidationError(
-            [PolicyProblem("(file)", "the policy file is not UTF-8 text")], source=str(path)
-        ) from None
-    return load_policy_text(text, str(path))
-
-
-def _syntax_error(message: str, source: str) -> PolicyValidationError:
-    line: int | None = None
-    m = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
-    if m:
-        line = int(m.group(1))
-        message = message[: m.start()] + f" (column {m.group(2)})"
-    elif m2 := re.search(r"\s*\(at end of document\)$", message):
-        message = message[: m2.start()] + " (at the end of the file)"
-    return PolicyValidationError(
-        [PolicyProblem("(syntax)", f"the file is not valid TOML: {message}", line)], source=source
-    )

@@ -13,16 +13,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from workflow.classify.taxonomy import RiskClass, Severity
 from workflow.messages import ApprovalRequirement, Decision
+from workflow.policy.model import Policy
 from workflow.policy.problems import PolicyProblem
 from workflow.policy.requirement import ApprovalSpec
+from workflow.policy.schema import Layer, Rule
 from workflow.policy.source import render_key
-
-if TYPE_CHECKING:
-    from workflow.policy.model import Layer, Policy, Rule
 
 
 def _problem(key: list[str], message: str) -> PolicyProblem:

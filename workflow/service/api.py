@@ -26,7 +26,6 @@ from workflow.messages import (
     HistoryEvent,
     OfferedQuery,
     OfferedReply,
-    OfferedTool,
     PendingEntry,
     PendingQuery,
     PendingReply,
@@ -59,7 +58,9 @@ def _summary(kind: str, data: dict[str, Any]) -> str:
 
 
 async def pending(ctx: ServiceContext, query: PendingQuery, subject: str = "") -> PendingReply:
-    rows = await ctx.store.pending(workspace=query.workspace, agent=query.agent, limit=query.limit)
+    rows = await ctx.store.requests.pending(
+        workspace=query.workspace, agent=query.agent, limit=query.limit
+    )
     items = []
     for row, approvals in rows:
         proposal = Proposal.model_validate_json(row.payload)
@@ -88,7 +89,7 @@ async def pending(ctx: ServiceContext, query: PendingQuery, subject: str = "") -
 async def history(
     ctx: ServiceContext, query: GetQuery, subject: str = ""
 ) -> ProposalHistory | ApiError:
-    found = await ctx.store.proposal(query.id)
+    found = await ctx.store.proposals.history(query.id)
     if found is None:
         return ApiError(error=f"No proposal or request with id {query.id!r}.")
     prop, req = found["proposal"], found["request"]
@@ -132,14 +133,7 @@ async def history(
 
 async def offered(ctx: ServiceContext, query: OfferedQuery, subject: str = "") -> OfferedReply:
     catalog = parse_catalog(query.tools, source="request")
-    split = offered_tools(ctx.policy, catalog, query.agent, query.workspace, query.read_only)
-
-    def conv(items: list[Any]) -> list[OfferedTool]:
-        return [OfferedTool(name=t.name, decision=t.decision, reason=t.reason) for t in items]
-
-    return OfferedReply(
-        allowed=conv(split.allowed), approvable=conv(split.approvable), denied=conv(split.denied)
-    )
+    return offered_tools(ctx.policy, catalog, query.agent, query.workspace, query.read_only)
 
 
 #: (context, validated query, the subject it was asked on) -> answer

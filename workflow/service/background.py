@@ -16,12 +16,13 @@ from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from workflow.approvals import expire
+from workflow.effects import AuditEntry, ExecutionRecord, StepWrite
 from workflow.messages import Classification, Executed, Proposal, Verdict
+from workflow.outcomes import Outcome
+from workflow.routing import SERVICE_ACTOR, closing_effects
 from workflow.service.context import ServiceContext
-from workflow.service.routing import SERVICE_ACTOR, closing_effects
-from workflow.service.runner import settle_failure
-from workflow.store.audit import AuditEntry
-from workflow.store.repo import ConcurrentUpdate, StepWrite
+from workflow.service.stage import settle_failure
+from workflow.store.requests import ConcurrentUpdate
 
 log = logging.getLogger("headgate.background")
 
@@ -30,19 +31,19 @@ async def sweep_once(ctx: ServiceContext) -> int:
     """Expire every due pending request; returns how many this call closed."""
     now = ctx.now()
     closed = 0
-    ctx.metrics.pending.set(await ctx.store.pending_count())
-    for held, version in await ctx.store.due_requests(now):
+    ctx.metrics.pending.set(await ctx.store.requests.pending_count())
+    for held, version in await ctx.store.requests.due(now):
         step = expire(held, now=now)
         if step is None:
             continue
-        parts = await ctx.store.proposal_parts(held.proposal_id)
+        parts = await ctx.store.proposals.parts(held.proposal_id)
         if parts is None:
             continue
         proposal = Proposal.model_validate_json(parts[0])
         outcome, event, audit = closing_effects(
             ctx.subjects,
             step.request,
-            "expired",
+            Outcome.EXPIRED,
             step.message,
             proposal,
             Classification.model_validate_json(parts[1]),
@@ -55,12 +56,12 @@ async def sweep_once(ctx: ServiceContext) -> int:
             expected_version=version,
             new_state=step.request.state,
             outcome=outcome,
-            proposal_status=(proposal.id, "expired"),
+            proposal_status=(proposal.id, Outcome.EXPIRED),
             events=[event],
             audit=[audit],
         )
         try:
-            await ctx.store.commit_step(write, now)
+            await ctx.store.requests.commit_step(write, now)
         except ConcurrentUpdate:
             continue  # a decision or another replica got there first
         closed += 1
@@ -90,7 +91,7 @@ async def sweep_once(ctx: ServiceContext) -> int:
 
 async def republish_once(ctx: ServiceContext, grace: float = 10.0) -> int:
     """Publish outbox events a crash left unpublished (older than `grace` seconds)."""
-    events = await ctx.store.unpublished(ctx.now() - timedelta(seconds=grace))
+    events = await ctx.store.outbox.unpublished(ctx.now() - timedelta(seconds=grace))
     if events:
         await ctx.publish(events)
         log.info("republished %d events left unpublished", len(events))
@@ -137,7 +138,7 @@ class Auditor:
         report = Executed.model_validate_json(msg.data)
         agent = ctx.subjects.token_after(msg.subject, "executed")
         now = ctx.now()
-        released = await ctx.store.release_exists(report.proposal_id, report.release_id)
+        released = await ctx.store.executions.release_exists(report.proposal_id, report.release_id)
         if agent != report.agent or not released:
             why = (
                 f"agent {agent} reported for agent {report.agent}"
@@ -145,7 +146,7 @@ class Auditor:
                 else f"no release {report.release_id} of proposal {report.proposal_id} exists: "
                 "the call ran without a release"
             )
-            await ctx.store.append_audit(
+            await ctx.store.audit.append(
                 [
                     AuditEntry(
                         "executed.unreleased",
@@ -157,15 +158,15 @@ class Auditor:
                 now,
             )
             return
-        await ctx.store.record_execution(
-            {
-                "release_id": report.release_id,
-                "proposal_id": report.proposal_id,
-                "agent": report.agent,
-                "success": report.success,
-                "summary": report.summary,
-                "finished_at": report.finished_at,
-            },
+        await ctx.store.executions.record(
+            ExecutionRecord(
+                release_id=report.release_id,
+                proposal_id=report.proposal_id,
+                agent=report.agent,
+                success=report.success,
+                summary=report.summary,
+                finished_at=report.finished_at,
+            ),
             AuditEntry(
                 "executed",
                 report.agent,

@@ -21,33 +21,32 @@ from pydantic import ValidationError
 from workflow.approvals import (
     DecisionCheck,
     HeldRequest,
-    RequestState,
+    Reopen,
     Step,
     apply_decision,
     cancel,
+    settle,
 )
 from workflow.classify.engine import classify
+from workflow.effects import AuditEntry, DecisionRecord, OutboxEvent, StepWrite
 from workflow.errors import describe_invalid
 from workflow.messages import (
     ApprovalDecision,
-    ApprovalRecord,
-    ApprovalRequirement,
     Cancel,
     Classification,
-    Decision,
     Proposal,
     Verdict,
     signed_text,
 )
+from workflow.outcomes import Outcome, RequestState
 from workflow.policy.engine import recheck
-from workflow.policy.model import Policy
+from workflow.routing import SERVICE_ACTOR, closing_effects, reopened_audit
 from workflow.service.context import ServiceContext
-from workflow.service.routing import OUTCOME_OF, SERVICE_ACTOR, closing_effects
-from workflow.service.runner import Sent, send_events, settle_failure
+from workflow.service.publishing import Sent, send_events
+from workflow.service.stage import settle_failure
 from workflow.service.tracing import span_headers
 from workflow.signing import verify_raw
-from workflow.store.audit import AuditEntry
-from workflow.store.repo import ConcurrentUpdate, OutboxEvent, StepWrite
+from workflow.store.requests import ConcurrentUpdate
 
 log = logging.getLogger("headgate.collector")
 STAGE = "collector"
@@ -56,22 +55,6 @@ MAX_RACES = 8
 
 class Permanent(Exception):
     """The message can never be processed; it goes to the dead-letter subject."""
-
-
-def _satisfies(
-    approvals: tuple[ApprovalRecord, ...], requirement: ApprovalRequirement, policy: Policy
-) -> bool:
-    """Whether the approvals given still meet a (possibly raised) requirement."""
-    counted = set()
-    for record in approvals:
-        found = policy.approver_by_key(record.key) if record.key else None
-        if found is None:
-            continue
-        name, approver = found
-        if requirement.roles and not set(requirement.roles) & set(approver.roles):
-            continue
-        counted.add(name)
-    return len(counted) >= requirement.approvals_needed
 
 
 Apply = Callable[[Msg], Awaitable[list[OutboxEvent]]]
@@ -133,7 +116,7 @@ class Collector:
     async def _parts(
         self, proposal_id: str
     ) -> tuple[Proposal, Classification, Verdict, dict[str, str]]:
-        parts = await self.ctx.store.proposal_parts(proposal_id)
+        parts = await self.ctx.store.proposals.parts(proposal_id)
         if parts is None:
             raise RuntimeError(f"request without a stored proposal {proposal_id}")
         payload, classification, verdict, trace = parts
@@ -164,17 +147,17 @@ class Collector:
                 decision, f"The decision for {decision.request_id} arrived on {msg.subject}."
             )
             return []
-        loaded = await ctx.store.load_request(decision.request_id)
+        loaded = await ctx.store.requests.load(decision.request_id)
         if loaded is None:
             await self._refuse_unapplied(
                 decision, f"There is no approval request {decision.request_id}."
             )
             return []
         held, version = loaded
-        seen, signature = await ctx.store.nonce_signature(decision.nonce)
+        seen, signature = await ctx.store.requests.nonce_signature(decision.nonce)
         if seen and signature == decision.signature and decision.signature is not None:
             # This very decision was applied before (a redelivery): re-publish what it caused.
-            return await ctx.store.events_for([held.proposal_id])
+            return await ctx.store.outbox.events_for([held.proposal_id])
         check = DecisionCheck(
             signature_valid=verify_raw(raw),
             approver=ctx.policy.approver_by_key(decision.key) if decision.key else None,
@@ -188,19 +171,19 @@ class Collector:
             new_state=step.request.state if step.request.state != held.state else None,
         )
         if not seen:
-            write.decision = {
-                "nonce": decision.nonce,
-                "request_id": decision.request_id,
-                "approver": check.approver[0] if check.approver else decision.approver,
-                "key": decision.key,
-                "signature": decision.signature,
-                "verdict": decision.verdict,
-                "accepted": step.accepted,
-                "refusal": step.refusal,
-                "message": step.message,
-                "record": step.record.model_dump_json() if step.record else None,
-                "received_at": now,
-            }
+            write.decision = DecisionRecord(
+                nonce=decision.nonce,
+                request_id=decision.request_id,
+                approver=check.approver[0] if check.approver else decision.approver,
+                key=decision.key,
+                signature=decision.signature,
+                verdict=decision.verdict,
+                accepted=step.accepted,
+                refusal=step.refusal,
+                message=step.message,
+                record=step.record.model_dump_json() if step.record else None,
+                received_at=now,
+            )
         write.audit.append(
             AuditEntry(
                 kind="decision.accepted" if step.accepted else "decision.refused",
@@ -219,9 +202,9 @@ class Collector:
         )
         if step.closed is not None:
             await self._close(held, step, write)
-            if write.new_state == RequestState.PENDING:
+            if write.new_state is RequestState.PENDING:
                 write.new_state = None  # still pending, with the raised requirement
-        if not await ctx.store.commit_step(write, now):
+        if not await ctx.store.requests.commit_step(write, now):
             # The nonce was recorded by someone else in between: this copy is a replay.
             await self._refuse_unapplied(decision, f"The nonce {decision.nonce} was already used.")
             return []
@@ -245,45 +228,30 @@ class Collector:
         return write.events
 
     async def _close(self, held: HeldRequest, step: Step, write: StepWrite) -> None:
-        """Add the terminal outcome of a request to the write. Re-checks policy at release."""
+        """Add what a closing step comes to (`approvals.settle`) to the write: the terminal
+        outcome, or the request kept open under a requirement the current policy raised."""
         ctx = self.ctx
-        assert step.closed is not None
         proposal, classification, verdict, trace = await self._parts(held.proposal_id)
-        outcome, reason = OUTCOME_OF[step.closed], step.message
+        checked = None
         if step.closed is RequestState.APPROVED:
             policy = ctx.policy
             tables = policy.tables_for(proposal.tool, proposal.tool_definition)
             checked = recheck(proposal, classify(proposal, tables), verdict, policy)
-            if checked.decision is Decision.DENY:
-                # The policy or the tool's definition changed while the call was held.
-                outcome, verdict, reason = "denied", checked, checked.reason
-            elif checked.requirement is not None and not _satisfies(
-                step.request.approvals, checked.requirement, policy
-            ):
-                # The policy now asks for more: keep the request open under the stricter rule.
-                write.new_state = RequestState.PENDING
-                write.requirement = checked.requirement.model_dump_json()
-                write.audit.append(
-                    AuditEntry(
-                        kind="requirement.raised",
-                        actor=SERVICE_ACTOR,
-                        proposal_id=held.proposal_id,
-                        request_id=held.request_id,
-                        data={
-                            "message": checked.reason,
-                            "requirement": checked.requirement.model_dump(mode="json"),
-                        },
-                    )
-                )
-                return
+        settled = settle(step, checked, ctx.policy)
+        if isinstance(settled, Reopen):
+            write.new_state = RequestState.PENDING
+            write.requirement = settled.requirement.model_dump_json()
+            write.audit.append(reopened_audit(held, settled))
+            return
+        outcome = settled.outcome
         row, event, audit = closing_effects(
             ctx.subjects,
             step.request,
             outcome,
-            reason,
+            settled.reason,
             proposal,
             classification,
-            verdict,
+            settled.verdict or verdict,
             ctx.now(),
             span_headers(f"headgate.{outcome}", trace, proposal_id=proposal.id) if trace else None,
         )
@@ -295,22 +263,22 @@ class Collector:
         """A decision that does not reach any request: recorded, and it changes nothing."""
         ctx = self.ctx
         now = ctx.now()
-        seen, _ = await ctx.store.nonce_signature(decision.nonce)
+        seen, _ = await ctx.store.requests.nonce_signature(decision.nonce)
         write = StepWrite(request_id=decision.request_id, expected_version=None)
         if not seen:
-            write.decision = {
-                "nonce": decision.nonce,
-                "request_id": decision.request_id,
-                "approver": decision.approver,
-                "key": decision.key,
-                "signature": decision.signature,
-                "verdict": decision.verdict,
-                "accepted": False,
-                "refusal": "unknown_request",
-                "message": message,
-                "record": None,
-                "received_at": now,
-            }
+            write.decision = DecisionRecord(
+                nonce=decision.nonce,
+                request_id=decision.request_id,
+                approver=decision.approver,
+                key=decision.key,
+                signature=decision.signature,
+                verdict=decision.verdict,
+                accepted=False,
+                refusal="unknown_request",
+                message=message,
+                record=None,
+                received_at=now,
+            )
         write.audit.append(
             AuditEntry(
                 kind="decision.refused",
@@ -319,7 +287,7 @@ class Collector:
                 data={"nonce": decision.nonce, "key": decision.key, "message": message},
             )
         )
-        await ctx.store.commit_step(write, now)
+        await ctx.store.requests.commit_step(write, now)
         ctx.metrics.refused.labels("unknown_request").inc()
 
     # ------------------------------------------------------------------ cancellation
@@ -331,14 +299,14 @@ class Collector:
             raise Permanent(f"invalid cancel: {exc.errors()[0]['msg']}") from exc
         agent = ctx.subjects.token_after(msg.subject, "cancel")
         now = ctx.now()
-        loaded = await ctx.store.load_request(request.proposal_id)
+        loaded = await ctx.store.requests.load(request.proposal_id)
         if loaded is None or agent != request.agent:
             why = (
                 f"agent {agent} sent a cancel naming agent {request.agent}"
                 if agent != request.agent
                 else f"there is no held request for proposal {request.proposal_id}"
             )
-            await ctx.store.append_audit(
+            await ctx.store.audit.append(
                 [AuditEntry("cancel.refused", agent or "?", {"message": why}, request.proposal_id)],
                 now,
             )
@@ -361,16 +329,16 @@ class Collector:
         )
         if step.closed is not None:
             await self._close(held, step, write)
-        await ctx.store.commit_step(write, now)
+        await ctx.store.requests.commit_step(write, now)
         self._count_outcome(held, write, now)
         return write.events
 
     def _count_outcome(self, held: HeldRequest, write: StepWrite, now: datetime) -> None:
         if write.outcome is None:
             return
-        outcome = str(write.outcome["outcome"])
+        outcome = write.outcome.outcome
         self.ctx.metrics.outcomes.labels(outcome).inc()
-        if outcome == "released":
+        if outcome is Outcome.RELEASED:
             held_at = held.expires_at - timedelta(seconds=held.requirement.ttl_seconds)
             self.ctx.metrics.time_to_approval.observe((now - held_at).total_seconds())
 

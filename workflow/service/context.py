@@ -11,16 +11,12 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from workflow.effects import OutboxEvent
 from workflow.policy.model import Policy
 from workflow.service.metrics import Metrics
-from workflow.service.runner import (
-    DEFAULT_RETRY,
-    PublishedMarker,
-    RetryPolicy,
-    dead_letter_event,
-    publish_events,
-)
-from workflow.store.repo import OutboxEvent, Store
+from workflow.service.publishing import PublishedMarker, dead_letter_event, publish_events
+from workflow.service.stage import DEFAULT_RETRY, RetryPolicy
+from workflow.store.repo import Store
 from workflow.subjects import Subjects
 
 log = logging.getLogger("headgate.service")
@@ -39,7 +35,7 @@ class ServiceContext:
     marker: PublishedMarker = field(init=False)
 
     def __post_init__(self) -> None:
-        self.marker = PublishedMarker(self.store.mark_published)
+        self.marker = PublishedMarker(self.store.outbox.mark_published)
 
     def now(self) -> datetime:
         return datetime.now(UTC)

@@ -2,7 +2,7 @@
 
 Classifier and router run in one stage, on one fetched batch, in one database transaction: a
 separate `classified` hop through JetStream would double the latency of every read for no
-added guarantee (the router is the pure `routing.route`, tested on its own).
+added guarantee (the router is the pure `workflow.routing.route`, tested on its own).
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from workflow.classify.engine import classify
+from workflow.effects import AuditEntry, IntakeRecord, OutboxEvent
 from workflow.errors import describe_invalid
 from workflow.messages import Classification, Proposal
 from workflow.policy.engine import evaluate
+from workflow.routing import SERVICE_ACTOR, intake_events, route
 from workflow.service.context import ServiceContext
 from workflow.service.model_check import model_check
-from workflow.service.routing import SERVICE_ACTOR, intake_events, route
-from workflow.service.runner import publish_events, settle_failure
+from workflow.service.publishing import publish_events
+from workflow.service.stage import settle_failure
 from workflow.service.tracing import span_headers, trace_headers
-from workflow.store.audit import AuditEntry
-from workflow.store.repo import IntakeRecord, OutboxEvent
 
 log = logging.getLogger("headgate.intake")
 STAGE = "intake"
@@ -163,7 +163,7 @@ class Intake:
             error = f"publishing results failed: {exc}"
         log.warning("intake: %s; keeping %d events in the outbox", error, len(events))
         try:
-            await self.ctx.store.save_events(events, now)
+            await self.ctx.store.outbox.save(events, now)
             return True
         except Exception as exc:
             log.warning("intake: keeping events in the outbox failed (%s); will retry", exc)
@@ -184,7 +184,7 @@ class Intake:
         if not good:
             return good, []
         try:
-            result = await ctx.store.record_intake([rec for _, rec in good], now)
+            result = await ctx.store.proposals.record([rec for _, rec in good], now)
         except Exception as exc:
             log.warning("intake: database write failed (%s); will retry", exc)
             await self._retry(good, f"database write failed: {exc}")
@@ -194,7 +194,7 @@ class Intake:
         republish: list[str] = []
         keep: list[tuple[Msg, IntakeRecord]] = []
         for msg, rec in good:
-            digest = str(rec.proposal["digest"])
+            digest = rec.proposal.digest
             first = rec.id not in digests
             digests.setdefault(rec.id, digest)
             stored = digest if rec.id in result.new else result.existing_digests.get(rec.id)
@@ -215,12 +215,12 @@ class Intake:
                     republish.append(rec.id)
         # Counted per batch: a labelled counter costs a lookup and a lock per increment.
         classes = Counter(
-            (rec.proposal["risk_class"], rec.proposal["decision"])
+            (rec.proposal.risk_class, rec.proposal.decision)
             for _, rec in keep
             if rec.id in result.new
         )
         outcomes = Counter(
-            rec.outcome["outcome"]
+            rec.outcome.outcome
             for _, rec in keep
             if rec.id in result.new and rec.outcome is not None
         )
@@ -230,7 +230,7 @@ class Intake:
             ctx.metrics.outcomes.labels(outcome).inc(n)
         ctx.metrics.duplicates.inc(len(republish))
         if republish:
-            for row in await ctx.store.stored_intake(republish):
+            for row in await ctx.store.proposals.stored(republish):
                 events.extend(intake_events(ctx.subjects, row))
         return keep, events
 

@@ -6,7 +6,7 @@ classify, evaluate, route, one transaction, publish — is where the CPU goes. `
 durable pull consumer (JetStream spreads the batches over them) and the same database. Nothing
 else changes: every process acks a proposal only after its own commit and PubAcks, the audit
 chain is appended under the database's write lock (on SQLite a lock file all the processes
-queue on, see `workflow.store.db.SqliteWriteLock`; `FOR UPDATE` on the head row on
+queue on, see `workflow.store.sqlite_writer.SqliteWriteLock`; `FOR UPDATE` on the head row on
 PostgreSQL), and a redelivery that lands on another process finds the row committed and
 re-sends the same events.
 

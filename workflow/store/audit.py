@@ -1,34 +1,24 @@
-"""The hash chain of the audit log. Pure: computing and checking hashes, no database."""
+"""The audit log: append-only, hash-chained records (the chain itself is `store.chain`)."""
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Sequence
+from datetime import datetime
+from typing import NamedTuple
 
+from sqlalchemy import Connection, select, update
+
+from workflow.effects import AuditEntry
 from workflow.messages import canonical_json
-
-GENESIS = "0" * 64
-
-
-@dataclass(frozen=True, slots=True)
-class AuditEntry:
-    """One thing that happened, before it is given a place in the chain.
-
-    `data` is a JSON object: a dict (stored as canonical JSON) or, on hot paths that hold the
-    parts already serialised, the text of one (stored as given). The chain hashes the stored
-    text, so verifying never re-serialises anything.
-    """
-
-    kind: str
-    actor: str
-    data: dict[str, Any] | str = field(default_factory=dict)
-    proposal_id: str | None = None
-    request_id: str | None = None
+from workflow.store import fastpath, schema
+from workflow.store.chain import GENESIS, ChainCheck, chain_hash, verify_chain
+from workflow.store.engine import Database
+from workflow.store.tables import AUDIT, AUDIT_HEAD
 
 
-class ChainedRecord(Protocol):
+class AuditRecord(NamedTuple):
+    """One row of the chain as stored."""
+
     seq: int
     at: str
     kind: str
@@ -40,57 +30,90 @@ class ChainedRecord(Protocol):
     hash: str
 
 
-def chain_hash(
-    prev_hash: str,
-    seq: int,
-    at: str,
-    kind: str,
-    proposal_id: str | None,
-    request_id: str | None,
-    actor: str,
-    data: str,
-) -> str:
-    body = canonical_json([prev_hash, seq, at, kind, proposal_id, request_id, actor, data])
-    return hashlib.sha256(body.encode()).hexdigest()
+_HEAD_FOR_UPDATE = (
+    select(AUDIT_HEAD.c.seq, AUDIT_HEAD.c.hash).where(AUDIT_HEAD.c.id == 1).with_for_update()
+)
+_MOVE_HEAD = update(AUDIT_HEAD).where(AUDIT_HEAD.c.id == 1)
 
 
-@dataclass(frozen=True, slots=True)
-class ChainCheck:
-    ok: bool
-    checked: int
-    first_bad_seq: int | None = None
-    problem: str = ""
+class AuditLog:
+    def __init__(self, db: Database):
+        self.db = db
 
-
-def verify_chain(records: Iterable[ChainedRecord], start_hash: str = GENESIS) -> ChainCheck:
-    """Walk the records in sequence order; report the first one that breaks the chain."""
-    prev = start_hash
-    expected_seq: int | None = None
-    checked = 0
-    for rec in records:
-        if expected_seq is not None and rec.seq != expected_seq:
-            return ChainCheck(
-                False, checked, rec.seq, f"record {expected_seq} is missing (found {rec.seq})."
+    def append_in(self, conn: Connection, entries: Sequence[AuditEntry], now: datetime) -> None:
+        """Append `entries` inside the caller's transaction, chained after the head."""
+        if not entries:
+            return
+        if self.db.fast:  # the write lock already serialises appends
+            seq, prev = fastpath.audit_head(conn)
+        else:  # replicas append concurrently: lock the head row
+            head = conn.execute(_HEAD_FOR_UPDATE).one()
+            seq, prev = int(head[0]), str(head[1])
+        at = now.isoformat()
+        rows = []
+        for entry in entries:
+            seq += 1
+            data = entry.data if isinstance(entry.data, str) else canonical_json(entry.data)
+            digest = chain_hash(
+                prev, seq, at, entry.kind, entry.proposal_id, entry.request_id, entry.actor, data
             )
-        if rec.prev_hash != prev:
-            return ChainCheck(
-                False, checked, rec.seq, f"record {rec.seq} does not point at the previous hash."
+            rows.append(
+                AuditRecord(
+                    seq,
+                    at,
+                    entry.kind,
+                    entry.proposal_id,
+                    entry.request_id,
+                    entry.actor,
+                    data,
+                    prev,
+                    digest,
+                )
             )
-        want = chain_hash(
-            rec.prev_hash,
-            rec.seq,
-            rec.at,
-            rec.kind,
-            rec.proposal_id,
-            rec.request_id,
-            rec.actor,
-            rec.data,
-        )
-        if want != rec.hash:
-            return ChainCheck(
-                False, checked, rec.seq, f"record {rec.seq} was altered (its hash does not match)."
+            prev = digest
+        self.db.insert_rows(conn, AUDIT, rows)
+        if self.db.fast:
+            fastpath.move_audit_head(conn, seq, prev)
+        else:
+            conn.execute(_MOVE_HEAD, {"seq": seq, "hash": prev})
+
+    async def append(self, entries: Sequence[AuditEntry], now: datetime) -> None:
+        await self.db.transact(lambda conn: self.append_in(conn, entries, now))
+
+    async def rows(self, *, after_seq: int = 0, limit: int | None = None) -> list[schema.AuditRow]:
+        query = select(AUDIT).where(AUDIT.c.seq > after_seq).order_by(AUDIT.c.seq)
+        if limit is not None:
+            query = query.limit(limit)
+        async with self.db.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [schema.AuditRow.model_validate(r._mapping) for r in rows]
+
+    async def verify(self, batch: int = 5000) -> ChainCheck:
+        """Check the whole chain in batches, and that the head row matches its end."""
+        checked, prev, after = 0, GENESIS, 0
+        while True:
+            rows = await self.rows(after_seq=after, limit=batch)
+            if not rows:
+                break
+            result = (
+                verify_chain(rows, start_hash=prev)
+                if after == 0 or rows[0].seq == after + 1
+                else ChainCheck(False, 0, rows[0].seq, f"record {after + 1} is missing.")
             )
-        prev = rec.hash
-        expected_seq = rec.seq + 1
-        checked += 1
-    return ChainCheck(True, checked)
+            if not result.ok:
+                return ChainCheck(
+                    False, checked + result.checked, result.first_bad_seq, result.problem
+                )
+            checked += result.checked
+            prev, after = rows[-1].hash, rows[-1].seq
+        async with self.db.engine.connect() as conn:
+            head = (await conn.execute(select(AUDIT_HEAD).where(AUDIT_HEAD.c.id == 1))).one()
+        if int(head.seq) != after or head.hash != prev:
+            return ChainCheck(
+                False,
+                checked,
+                after + 1,
+                f"the chain ends at record {after} but the head says {head.seq}: records were "
+                "removed from the end.",
+            )
+        return ChainCheck(True, checked)

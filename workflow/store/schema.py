@@ -5,7 +5,7 @@ proposal, one terminal outcome per proposal (and so one release: its id is deriv
 proposal id), one decision per nonce, one execution report per release. Every event of an
 approval step, expiry or cancellation is first written to `outbox` in the same transaction as the
 state change it reports, then published with its `msg_id` as `Nats-Msg-Id`; the intake's events
-are rebuilt from the proposal's row instead (see `repo.IntakeRecord`).
+are rebuilt from the proposal's row instead (see `workflow.effects.IntakeRecord`).
 """
 
 from __future__ import annotations
@@ -109,9 +109,9 @@ class DecisionRow(SQLModel, table=True):
 class OutcomeRow(SQLModel, table=True):
     """The one terminal outcome of a proposal.
 
-    `release_id` is derived from the proposal id (`routing.release_id_for`), so the primary key
-    makes it unique; it has no index of its own (a random key costs every intake commit a page),
-    releases are looked up by proposal id."""
+    `release_id` is derived from the proposal id (`workflow.routing.release_id_for`), so the
+    primary key makes it unique; it has no index of its own (a random key costs every intake
+    commit a page), releases are looked up by proposal id."""
 
     __tablename__ = "outcomes"
 

@@ -1,8 +1,9 @@
 """The router and the event builders: what a verdict or a closed request turns into.
 
-No I/O: these functions build the rows, events and audit entries that a stage then commits in
-one transaction and publishes. Ids are derived from the proposal id, so a redelivered message
-rebuilds exactly the same events (and JetStream drops the re-publish by `Nats-Msg-Id`).
+Pure: these functions build the rows, events and audit entries (`workflow.effects`) that a
+stage then commits in one transaction and publishes. Ids are derived from the proposal id, so a
+redelivered message rebuilds exactly the same events (and JetStream drops the re-publish by
+`Nats-Msg-Id`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,19 @@ from typing import cast
 
 from pydantic_core import to_json
 
-from workflow.approvals import HeldRequest, RequestState
+from workflow.approvals import HeldRequest, Reopen
+from workflow.effects import (
+    AuditEntry,
+    IntakeRecord,
+    OutboxEvent,
+    OutcomeRecord,
+    ProposalRecord,
+    RequestRecord,
+    StoredIntake,
+)
 from workflow.messages import (
     ApprovalRecord,
     Blocked,
-    BlockedOutcome,
     Classification,
     Decision,
     Held,
@@ -28,11 +37,17 @@ from workflow.messages import (
     Released,
     Verdict,
 )
-from workflow.store.audit import AuditEntry
-from workflow.store.repo import IntakeRecord, OutboxEvent, StoredIntake
+from workflow.outcomes import PENDING, BlockedOutcome, Outcome, RequestState
 from workflow.subjects import Subjects
 
 SERVICE_ACTOR = "headgate"
+
+#: A proposal's status right after the intake, by the verdict's decision.
+_STATUS: dict[Decision, str] = {
+    Decision.ALLOW: Outcome.RELEASED,
+    Decision.DENY: Outcome.DENIED,
+    Decision.REQUIRE_APPROVAL: PENDING,
+}
 
 
 def _derive(prefix: str, proposal_id: str) -> str:
@@ -156,30 +171,25 @@ def route(
     `trace` is the W3C trace context the events carry (see `workflow.service.tracing`).
     """
     digest = proposal.digest()
-    status = {
-        Decision.ALLOW: "released",
-        Decision.DENY: "denied",
-        Decision.REQUIRE_APPROVAL: "pending",
-    }[verdict.decision]
     classification_json = classification.model_dump_json()
     verdict_json = verdict.model_dump_json()
     record = IntakeRecord(
-        proposal={
-            "id": proposal.id,
-            "agent": proposal.agent,
-            "workspace": proposal.workspace,
-            "tool": proposal.tool,
-            "digest": digest,
-            "risk_class": classification.risk_class,
-            "severity": classification.severity,
-            "decision": verdict.decision,
-            "status": status,
-            "payload": payload,
-            "classification": classification_json,
-            "verdict": verdict_json,
-            "trace": json.dumps(trace) if trace else None,
-            "received_at": now,
-        }
+        ProposalRecord(
+            id=proposal.id,
+            agent=proposal.agent,
+            workspace=proposal.workspace,
+            tool=proposal.tool,
+            digest=digest,
+            risk_class=classification.risk_class,
+            severity=classification.severity,
+            decision=verdict.decision,
+            status=_STATUS[verdict.decision],
+            payload=payload,
+            classification=classification_json,
+            verdict=verdict_json,
+            trace=json.dumps(trace) if trace else None,
+            received_at=now,
+        )
     )
     # The proposal exactly as the agent sent it (a JSON object: it was validated as one) and
     # the parts already serialised, joined rather than serialised again.
@@ -196,13 +206,9 @@ def route(
     )
     if verdict.decision is Decision.ALLOW:
         release_id = release_id_for(proposal.id)
-        record.outcome = {
-            "proposal_id": proposal.id,
-            "outcome": "released",
-            "release_id": release_id,
-            "reason": verdict.reason,
-            "at": now,
-        }
+        record.outcome = OutcomeRecord(
+            proposal.id, Outcome.RELEASED, release_id, verdict.reason, now
+        )
         record.events.append(
             immediate_release(
                 subjects, proposal, digest, release_id, classification_json, verdict_json, now
@@ -210,13 +216,7 @@ def route(
         )
         record.audit.append(_event_audit("released", proposal.id, None, verdict.reason))
     elif verdict.decision is Decision.DENY:
-        record.outcome = {
-            "proposal_id": proposal.id,
-            "outcome": "denied",
-            "release_id": None,
-            "reason": verdict.reason,
-            "at": now,
-        }
+        record.outcome = OutcomeRecord(proposal.id, Outcome.DENIED, None, verdict.reason, now)
         record.events.append(
             blocked_event(
                 subjects,
@@ -244,19 +244,19 @@ def route(
             created_at=now,
             expires_at=expires_at,
         )
-        record.request = {
-            "request_id": request_id,
-            "proposal_id": proposal.id,
-            "agent": proposal.agent,
-            "workspace": proposal.workspace,
-            "digest": digest,
-            "requirement": verdict.requirement.model_dump_json(),
-            "state": "pending",
-            "version": 0,
-            "created_at": now,
-            "expires_at": expires_at,
-            "closed_at": None,
-        }
+        record.request = RequestRecord(
+            request_id=request_id,
+            proposal_id=proposal.id,
+            agent=proposal.agent,
+            workspace=proposal.workspace,
+            digest=digest,
+            requirement=verdict.requirement.model_dump_json(),
+            state=RequestState.PENDING,
+            version=0,
+            created_at=now,
+            expires_at=expires_at,
+            closed_at=None,
+        )
         record.events.append(
             OutboxEvent(
                 msg_id=f"inbox:{request_id}",
@@ -332,28 +332,19 @@ def _event_audit(
     )
 
 
-#: The proposal outcome a request's terminal state gives.
-OUTCOME_OF: dict[RequestState, str] = {
-    RequestState.APPROVED: "released",
-    RequestState.REJECTED: "rejected",
-    RequestState.EXPIRED: "expired",
-    RequestState.CANCELLED: "cancelled",
-}
-
-
 def closing_effects(
     subjects: Subjects,
     req: HeldRequest,
-    outcome: str,
+    outcome: Outcome,
     reason: str,
     proposal: Proposal,
     classification: Classification,
     verdict: Verdict,
     now: datetime,
     trace: dict[str, str] | None = None,
-) -> tuple[dict[str, object], OutboxEvent, AuditEntry]:
+) -> tuple[OutcomeRecord, OutboxEvent, AuditEntry]:
     """Outcome row, event and audit entry for a held request ending in `outcome`."""
-    if outcome == "released":
+    if outcome is Outcome.RELEASED:
         event = released_event(
             subjects,
             proposal,
@@ -364,16 +355,10 @@ def closing_effects(
             now,
             request_id=req.request_id,
         )
-        row: dict[str, object] = {
-            "proposal_id": proposal.id,
-            "outcome": "released",
-            "release_id": release_id_for(proposal.id),
-            "reason": reason,
-            "at": now,
-        }
+        row = OutcomeRecord(proposal.id, outcome, release_id_for(proposal.id), reason, now)
         event = replace(event, headers=trace or None)
         return row, event, _event_audit("released", proposal.id, req.request_id, reason)
-    blocked = cast(BlockedOutcome, outcome)
+    blocked = cast(BlockedOutcome, outcome.value)
     event = blocked_event(
         subjects,
         proposal,
@@ -384,12 +369,17 @@ def closing_effects(
         verdict=verdict,
         request_id=req.request_id,
     )
-    row = {
-        "proposal_id": proposal.id,
-        "outcome": blocked,
-        "release_id": None,
-        "reason": reason,
-        "at": now,
-    }
+    row = OutcomeRecord(proposal.id, outcome, None, reason, now)
     event = replace(event, headers=trace or None)
     return row, event, _event_audit("blocked", proposal.id, req.request_id, reason, blocked)
+
+
+def reopened_audit(req: HeldRequest, reopen: Reopen) -> AuditEntry:
+    """The audit entry of a request kept open under a requirement the policy raised."""
+    return AuditEntry(
+        kind="requirement.raised",
+        actor=SERVICE_ACTOR,
+        proposal_id=req.proposal_id,
+        request_id=req.request_id,
+        data={"message": reopen.reason, "requirement": reopen.requirement.model_dump(mode="json")},
+    )

@@ -1,23 +1,21 @@
-"""The Headgate service: wiring, startup, hot reload and graceful shutdown."""
+"""The Headgate service's lifecycle: connect, start the stages, reload the policy, stop."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import gc
-import getpass
 import logging
 import os
 import signal
-from dataclasses import dataclass
-from pathlib import Path
 
 from nats.aio.client import Client as NATS
 from nats.aio.subscription import Subscription
 
+from workflow import datadir
+from workflow.effects import AuditEntry
 from workflow.errors import ConfigError, ConnectError, HeadgateError
-from workflow.policy.model import Approver, Policy, default_policy, load_policy
+from workflow.policy.load import load_policy
 from workflow.service.api import serve_api
 from workflow.service.background import Auditor, every
 from workflow.service.collector import Collector
@@ -25,79 +23,15 @@ from workflow.service.context import ServiceContext
 from workflow.service.embedded import EmbeddedNats
 from workflow.service.intake import Intake
 from workflow.service.metrics import HealthServer
-from workflow.service.runner import PullStage, RetryPolicy
-from workflow.service.streams import PER_AGENT_BACKLOG, ensure_streams, service_consumers
+from workflow.service.settings import Settings, load_settings_policy
+from workflow.service.stage import PullStage, RetryPolicy
+from workflow.service.streams import ensure_streams, service_consumers
 from workflow.service.workers import IntakeWorkers, worker_argv
-from workflow.signing import ApproverKey
-from workflow.store.audit import AuditEntry
-from workflow.store.db import in_memory_sqlite
+from workflow.store.engine import in_memory_sqlite
 from workflow.store.repo import Store
 from workflow.subjects import Subjects
 
 log = logging.getLogger("headgate")
-
-URL_FILE = "nats.url"
-LOCK_FILE = "serve.lock"
-LOCAL_KEY_FILE = "approver.seed"
-
-
-@dataclass
-class Settings:
-    data_dir: Path = Path(".headgate")
-    nats_url: str | None = None
-    database_url: str | None = None
-    policy_path: Path | None = None
-    default_ttl: int = 3600
-    prefix: str = "headgate"
-    replicas: int = 1
-    batch: int = 256
-    sweep_interval: float = 1.0
-    republish_interval: float = 5.0
-    connect_timeout: float = 60.0
-    retry_base_delay: float = 1.0
-    per_agent_backlog: int = PER_AGENT_BACKLOG
-    nats_user: str | None = None
-    nats_password: str | None = None
-    nats_creds: str | None = None
-    metrics_port: int | None = None
-    #: Processes running the intake stage, this one included (see `workflow.service.workers`).
-    intake_processes: int = 1
-    #: This process is one of those extra intake processes (started by the main one).
-    intake_worker: bool = False
-    #: Logging options handed on to the intake workers' command lines.
-    log_options: tuple[str, ...] = ()
-
-    @property
-    def db_url(self) -> str:
-        return self.database_url or f"sqlite+aiosqlite:///{self.data_dir / 'headgate.db'}"
-
-
-def local_approver(data_dir: Path) -> tuple[ApproverKey, Path, bool]:
-    """The data dir's approver key, created (mode 0600) on first use."""
-    path = data_dir / LOCAL_KEY_FILE
-    if path.exists():
-        return ApproverKey.from_file(path), path, False
-    key = ApproverKey.generate()
-    key.write(path)
-    return key, path, True
-
-
-def load_settings_policy(settings: Settings) -> Policy:
-    """The policy file, or the default policy trusting the data dir's local approver key."""
-    if settings.policy_path is not None:
-        return load_policy(settings.policy_path)
-    key, path, created = local_approver(settings.data_dir)
-    name = getpass.getuser() or "local"
-    log.info(
-        "no policy file: using the default policy; %s the local approver key %s (%s) and "
-        "trusting it as approver %r",
-        "created" if created else "using",
-        path,
-        key.public_key,
-        name,
-    )
-    approver = Approver(key=key.public_key, roles=["admin", "approver"], workspaces=["*"])
-    return default_policy(ttl_seconds=settings.default_ttl, approvers={name: approver})
 
 
 async def connect_nats(settings: Settings, url: str, *, name: str = "headgate") -> NATS:
@@ -177,23 +111,7 @@ class Service:
         self._reload: asyncio.Future[bool] | None = None
 
     def _lock_data_dir(self) -> None:
-        """One service per data dir: it holds the embedded server's store, the SQLite database
-        and the local key. A second `serve` there would start a second nats-server on the same
-        JetStream store. The kernel drops the lock when the process dies, even by SIGKILL."""
-        path = self.settings.data_dir / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise ConfigError(
-                f"another headgate serve (pid {holder}) is running with the data dir "
-                f"{self.settings.data_dir}; stop it or pass another --data-dir"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self._lock_fd = fd
+        self._lock_fd = datadir.lock(self.settings.data_dir)
 
     def _unlock_data_dir(self) -> None:
         if self._lock_fd is not None:
@@ -229,7 +147,7 @@ class Service:
             self.embedded = EmbeddedNats(store_dir=s.data_dir / "nats")
             # On this (the main) thread: the server is tied to the thread that starts it.
             self.url = self.embedded.start()
-            (s.data_dir / URL_FILE).write_text(self.url + "\n")
+            (s.data_dir / datadir.URL_FILE).write_text(self.url + "\n")
             log.info("embedded nats-server with JetStream listening on %s", self.url)
         try:
             nc = await connect_nats(s, self.url)
@@ -257,7 +175,7 @@ class Service:
             PullStage(nc, js, consumers["intake"], Intake(ctx), batch=s.batch, metrics=m)
         ]
         if not s.intake_worker:
-            await store.append_audit(
+            await store.audit.append(
                 [AuditEntry("service.start", "headgate", {"policy_revision": policy.revision})],
                 ctx.now(),
             )
@@ -356,7 +274,7 @@ class Service:
             )
             return False
         old, ctx.policy = ctx.policy.revision, policy
-        await ctx.store.append_audit(
+        await ctx.store.audit.append(
             [
                 AuditEntry(
                     "policy.reload",
@@ -422,7 +340,7 @@ class Service:
     def _stop_embedded(self) -> None:
         if self.embedded is not None:
             self.embedded.stop()
-            url_file = self.settings.data_dir / URL_FILE
+            url_file = self.settings.data_dir / datadir.URL_FILE
             with contextlib.suppress(OSError):
                 url_file.unlink()
 

@@ -1,4 +1,4 @@
-"""The SQLite writer's DB-API inserts store exactly what SQLAlchemy Core would store."""
+"""The SQLite fast path's DB-API inserts store exactly what SQLAlchemy Core would store."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, create_engine, text
 from sqlmodel import SQLModel
 
+from workflow.effects import OutcomeRecord
+from workflow.outcomes import Outcome
 from workflow.store import schema
-from workflow.store.sqlite_rows import PreparedInsert, SqliteInserts, in_chunks, sqlite_datetime
+from workflow.store.fastpath import PreparedInsert, SqliteInserts, in_chunks, sqlite_datetime
+from workflow.store.outbox import OutboxRecord
 
 OUTBOX = schema.OutboxRow.__table__  # type: ignore[attr-defined]
 OUTCOMES = schema.OutcomeRow.__table__  # type: ignore[attr-defined]
@@ -29,16 +32,8 @@ def _raw(engine: Engine, table: str) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in conn.execute(text(f"SELECT * FROM {table} ORDER BY 1"))]
 
 
-def _outbox_row(msg_id: str, at: datetime, published: bool = False) -> dict[str, Any]:
-    return {
-        "msg_id": msg_id,
-        "subject": "hg.released.agent-1",
-        "payload": '{"x": "é"}',
-        "headers": None,
-        "proposal_id": "p1",
-        "published": published,
-        "created_at": at,
-    }
+def _outbox_row(msg_id: str, at: datetime, published: bool = False) -> OutboxRecord:
+    return OutboxRecord(msg_id, "hg.released.agent-1", '{"x": "é"}', None, "p1", published, at)
 
 
 @given(
@@ -54,7 +49,7 @@ def _outbox_row(msg_id: str, at: datetime, published: bool = False) -> dict[str,
 def test_rows_are_stored_as_core_stores_them(at: datetime, published: bool) -> None:
     core, fast = _engine(), _engine()
     with core.begin() as conn:
-        conn.execute(OUTBOX.insert(), [_outbox_row("m1", at, published)])
+        conn.execute(OUTBOX.insert(), [_outbox_row("m1", at, published)._asdict()])
     with fast.begin() as conn:
         SqliteInserts().run(conn, OUTBOX, [_outbox_row("m1", at, published)])
     assert _raw(fast, "outbox") == _raw(core, "outbox")
@@ -76,10 +71,9 @@ def test_outbox_inserts_ignore_a_msg_id_already_held() -> None:
 
 def test_a_duplicate_without_or_ignore_fails_the_transaction() -> None:
     engine = _engine()
-    row: dict[str, Any] = {"proposal_id": "p1", "outcome": "released", "release_id": "r1"}
-    row.update(reason="ok", at=datetime.now(UTC))
+    row = OutcomeRecord("p1", Outcome.RELEASED, "r1", "ok", datetime.now(UTC))
     with pytest.raises(Exception, match="UNIQUE"), engine.begin() as conn:
-        SqliteInserts().run(conn, OUTCOMES, [row, {**row}])
+        SqliteInserts().run(conn, OUTCOMES, [row, row])
     assert _raw(engine, "outcomes") == []
 
 

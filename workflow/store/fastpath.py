@@ -1,19 +1,24 @@
-"""Batch inserts for the SQLite writer, straight through the DB-API.
+"""The SQLite fast path: the only code that talks to the DB-API under SQLAlchemy.
 
-SQLAlchemy Core spends more per row than SQLite itself on the service's hot inserts (building
-parameters, running a bind processor per value: measured ≈ 30 µs of the ≈ 100 µs a read's
-rows cost, and ≈ 25 µs per statement executed). Here each insert is compiled once per table
-and column set and executed as one DB-API `executemany` over tuples on the connection's
-sqlite3 connection, inside the same SQLAlchemy transaction. Values are stored
+Batch inserts: SQLAlchemy Core spends more per row than SQLite itself on the service's hot
+inserts (building parameters, running a bind processor per value: measured ≈ 30 µs of the
+≈ 100 µs a read's rows cost, and ≈ 25 µs per statement executed). Here each insert is compiled
+once per table and column set and executed as one DB-API `executemany` over tuples on the
+connection's sqlite3 connection, inside the same SQLAlchemy transaction. Values are stored
 exactly as SQLAlchemy would store them (the tests read them back through the async engine),
 so reads and every other write keep using Core. PostgreSQL keeps Core everywhere.
+
+Rows are the store's typed row records (`NamedTuple`s whose field names are the table's
+columns, see `workflow.effects`): a record's values are the statement's parameters as they are.
+The few other statements the hot paths run on SQLite (the audit chain's head, looking up
+existing proposal ids, marking outbox events published) are here too, as plain SQL.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Boolean, Connection, Table
 
@@ -88,13 +93,15 @@ class PreparedInsert:
         )
         self._converters = [(i, f) for i, c in enumerate(columns) if (f := _converter(table, c))]
 
-    def params(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
-        values = [row[c] for c in self.columns]
+    def params(self, row: NamedTuple) -> tuple[Any, ...]:
+        if not self._converters:
+            return tuple(row)
+        values = list(row)
         for i, convert in self._converters:
             values[i] = convert(values[i])
         return tuple(values)
 
-    def run(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    def run(self, conn: Connection, rows: Sequence[NamedTuple]) -> None:
         if rows:
             dbapi(conn).executemany(self.sql, [self.params(r) for r in rows])
 
@@ -109,16 +116,43 @@ class SqliteInserts:
         self,
         conn: Connection,
         table: Table,
-        rows: Sequence[Mapping[str, Any]],
+        rows: Sequence[NamedTuple],
         *,
         or_ignore: bool = False,
     ) -> None:
-        """Insert `rows` (dicts with the same keys, as the store builds them)."""
+        """Insert `rows` (row records of one type: their fields are the columns)."""
         if not rows:
             return
-        columns = tuple(rows[0])
+        columns = tuple(rows[0]._fields)
         key = (table.name, columns, or_ignore)
         prepared = self._prepared.get(key)
         if prepared is None:
             prepared = self._prepared[key] = PreparedInsert(table, columns, or_ignore=or_ignore)
         prepared.run(conn, rows)
+
+
+# --------------------------------------------------------------------------- other statements
+
+
+def audit_head(conn: Connection) -> tuple[int, str]:
+    """The audit chain's last sequence number and hash (the write lock serialises appends)."""
+    seq, digest = dbapi(conn).execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
+    return int(seq), str(digest)
+
+
+def move_audit_head(conn: Connection, seq: int, digest: str) -> None:
+    dbapi(conn).execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (seq, digest))
+
+
+def proposal_digests(conn: Connection, ids: Sequence[str]) -> dict[str, str]:
+    """Digest by proposal id, for the ids already stored."""
+    found: dict[str, str] = {}
+    for chunk, marks in in_chunks(ids):
+        sql = f"SELECT id, digest FROM proposals WHERE id IN ({marks})"
+        found.update(dbapi(conn).execute(sql, chunk).fetchall())
+    return found
+
+
+def mark_published(conn: Connection, msg_ids: Sequence[str]) -> None:
+    for chunk, marks in in_chunks(msg_ids):
+        dbapi(conn).execute(f"UPDATE outbox SET published = 1 WHERE msg_id IN ({marks})", chunk)

@@ -12,7 +12,7 @@ from workflow.classify.engine import classify
 from workflow.messages import Proposal
 from workflow.policy.engine import evaluate
 from workflow.policy.model import default_policy
-from workflow.service.routing import immediate_release, release_id_for, released_event, route
+from workflow.routing import immediate_release, release_id_for, released_event, route
 from workflow.subjects import Subjects
 
 SUBJECTS = Subjects("headgate")
@@ -73,4 +73,4 @@ def test_the_router_releases_an_allowed_read_with_the_fast_event() -> None:
     (event,) = record.events
     assert event == released_event(SUBJECTS, proposal, proposal.digest(), c, verdict, (), now)
     assert record.outcome is not None
-    assert record.outcome["release_id"] == release_id_for("p1")
+    assert record.outcome.release_id == release_id_for("p1")

@@ -1,0 +1,63 @@
+"""The data dir (`.headgate/` by default): what `serve` keeps there and the CLI reads back.
+
+| file | written by | read by |
+|---|---|---|
+| `nats.url` | `serve` with an embedded nats-server | the CLI, agents (`--nats-url` default) |
+| `serve.lock` | `serve` (one per data dir; holds its pid) | a second `serve` |
+| `approver.seed` | `serve` without a policy file (mode 0600) | `headgate approve` / `reject` |
+| `headgate.db` | `serve` (SQLite, unless `--database-url`) | `headgate audit` |
+| `nats/` | the embedded nats-server's JetStream store | |
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from workflow.errors import ConfigError
+from workflow.signing import ApproverKey
+
+DEFAULT = Path(".headgate")
+URL_FILE = "nats.url"
+LOCK_FILE = "serve.lock"
+LOCAL_KEY_FILE = "approver.seed"
+DATABASE_FILE = "headgate.db"
+
+
+def sqlite_url(data_dir: Path) -> str:
+    """The default database: SQLite in the data dir."""
+    return f"sqlite+aiosqlite:///{data_dir / DATABASE_FILE}"
+
+
+def local_approver(data_dir: Path) -> tuple[ApproverKey, Path, bool]:
+    """The data dir's approver key, created (mode 0600) on first use."""
+    path = data_dir / LOCAL_KEY_FILE
+    if path.exists():
+        return ApproverKey.from_file(path), path, False
+    key = ApproverKey.generate()
+    key.write(path)
+    return key, path, True
+
+
+def lock(data_dir: Path) -> int:
+    """Take the data dir for this process; returns the lock's file descriptor (closing it
+    releases the lock).
+
+    One service per data dir: it holds the embedded server's store, the SQLite database and
+    the local key. A second `serve` there would start a second nats-server on the same
+    JetStream store. The kernel drops the lock when the process dies, even by SIGKILL.
+    """
+    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise ConfigError(
+            f"another headgate serve (pid {holder}) is running with the data dir "
+            f"{data_dir}; stop it or pass another --data-dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd

@@ -1,0 +1,130 @@
+"""Publishing a stage's events: pipelined with `Nats-Msg-Id`, confirmed before the input is
+acked; dead letters; and marking outbox rows published off the hot path."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import PubAck
+
+from workflow.effects import OutboxEvent
+from workflow.messages import DeadLetter
+from workflow.service.pull import attempts
+from workflow.subjects import Subjects
+
+log = logging.getLogger("headgate.stage")
+
+PUBLISH_TIMEOUT = 10.0
+
+
+@dataclass(slots=True)
+class Sent:
+    """Events handed to JetStream whose PubAcks have not been awaited yet."""
+
+    ids: list[str]
+    futures: list[asyncio.Future[PubAck]]
+
+    async def confirmed(self) -> list[str]:
+        """Wait until JetStream has stored every event; returns their msg ids."""
+        if self.futures:
+            await asyncio.wait_for(asyncio.gather(*self.futures), PUBLISH_TIMEOUT)
+        return self.ids
+
+
+async def send_events(js: JetStreamContext, events: Iterable[OutboxEvent]) -> Sent:
+    """Publish pipelined with `Nats-Msg-Id`, without waiting for the PubAcks."""
+    sent = Sent([], [])
+    for event in events:
+        headers = (
+            {**event.headers, "Nats-Msg-Id": event.msg_id}
+            if event.headers
+            else {"Nats-Msg-Id": event.msg_id}
+        )
+        fut = await js.publish_async(event.subject, event.payload.encode(), headers=headers)
+        sent.futures.append(fut)
+        sent.ids.append(event.msg_id)
+    return sent
+
+
+async def publish_events(js: JetStreamContext, events: Iterable[OutboxEvent]) -> list[str]:
+    """Publish pipelined with `Nats-Msg-Id`; wait for every PubAck. Returns the msg ids."""
+    return await (await send_events(js, events)).confirmed()
+
+
+def dead_letter_event(subjects: Subjects, stage: str, msg: Msg, error: str) -> OutboxEvent:
+    encoding: Literal["utf-8", "base64"] = "utf-8"
+    try:
+        payload = msg.data.decode()
+    except UnicodeDecodeError:
+        payload, encoding = base64.b64encode(msg.data).decode(), "base64"
+    try:
+        seq = f"{msg.metadata.stream}:{msg.metadata.sequence.stream}"
+    except Exception:
+        seq = f"{msg.subject}:{hash(msg.data)}"
+    letter = DeadLetter(
+        stage=stage,
+        subject=msg.subject,
+        error=error,
+        payload=payload,
+        payload_encoding=encoding,
+        deliveries=attempts(msg),
+        received_at=datetime.now(UTC),
+    )
+    return OutboxEvent(
+        msg_id=f"dead:{seq}", subject=subjects.dead(stage), payload=letter.model_dump_json()
+    )
+
+
+class PublishedMarker:
+    """Marks outbox rows as published in the background, many batches in one UPDATE.
+
+    Off the hot path: a stage acks once its events are committed and confirmed by JetStream;
+    the `published` flag only spares the republisher work. Marks are gathered for `interval`
+    seconds (well inside the republisher's grace period) and written together, so a busy or
+    a trickling stage costs a few mark transactions per second, not one per batch. A mark lost
+    to a crash means one re-publish that JetStream drops as a duplicate (`Nats-Msg-Id`).
+    """
+
+    def __init__(self, mark: Callable[[list[str]], Awaitable[None]], interval: float = 0.2):
+        self._mark = mark
+        self._interval = interval
+        self._ids: list[str] = []
+        self._task: asyncio.Task[None] | None = None
+        self._now = asyncio.Event()
+
+    def add(self, ids: Iterable[str]) -> None:
+        self._ids.extend(ids)
+        if self._ids and (self._task is None or self._task.done()):
+            self._task = asyncio.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while self._ids:
+            try:
+                await asyncio.wait_for(self._now.wait(), self._interval)
+            except TimeoutError:
+                pass
+            await self._write()
+
+    async def _write(self) -> None:
+        ids, self._ids = self._ids, []
+        if not ids:
+            return
+        try:
+            await self._mark(ids)
+        except Exception as exc:
+            log.warning("marking %d outbox events published failed (%s)", len(ids), exc)
+
+    async def flush(self) -> None:
+        """Write what is gathered now (the stage is stopping)."""
+        self._now.set()
+        if self._task is not None:
+            await self._task
+        await self._write()

@@ -1,0 +1,65 @@
+"""The service's settings, and the policy they select."""
+
+from __future__ import annotations
+
+import getpass
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from workflow import datadir
+from workflow.policy.load import load_policy
+from workflow.policy.model import Policy, default_policy
+from workflow.policy.schema import Approver
+from workflow.service.streams import PER_AGENT_BACKLOG
+
+log = logging.getLogger("headgate")
+
+
+@dataclass
+class Settings:
+    data_dir: Path = datadir.DEFAULT
+    nats_url: str | None = None
+    database_url: str | None = None
+    policy_path: Path | None = None
+    default_ttl: int = 3600
+    prefix: str = "headgate"
+    replicas: int = 1
+    batch: int = 256
+    sweep_interval: float = 1.0
+    republish_interval: float = 5.0
+    connect_timeout: float = 60.0
+    retry_base_delay: float = 1.0
+    per_agent_backlog: int = PER_AGENT_BACKLOG
+    nats_user: str | None = None
+    nats_password: str | None = None
+    nats_creds: str | None = None
+    metrics_port: int | None = None
+    #: Processes running the intake stage, this one included (see `workflow.service.workers`).
+    intake_processes: int = 1
+    #: This process is one of those extra intake processes (started by the main one).
+    intake_worker: bool = False
+    #: Logging options handed on to the intake workers' command lines.
+    log_options: tuple[str, ...] = ()
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or datadir.sqlite_url(self.data_dir)
+
+
+def load_settings_policy(settings: Settings) -> Policy:
+    """The policy file, or the default policy trusting the data dir's local approver key."""
+    if settings.policy_path is not None:
+        return load_policy(settings.policy_path)
+    key, path, created = datadir.local_approver(settings.data_dir)
+    name = getpass.getuser() or "local"
+    log.info(
+        "no policy file: using the default policy; %s the local approver key %s (%s) and "
+        "trusting it as approver %r",
+        "created" if created else "using",
+        path,
+        key.public_key,
+        name,
+    )
+    approver = Approver(key=key.public_key, roles=["admin", "approver"], workspaces=["*"])
+    return default_policy(ttl_seconds=settings.default_ttl, approvers={name: approver})

@@ -1,0 +1,93 @@
+"""Versioned migrations for SQLite and PostgreSQL, recorded in `schema_version`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from sqlalchemy import Connection, select, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlmodel import SQLModel
+
+from workflow.store import schema
+
+# Migrations run in order, each once, recorded in `schema_version`. Version 1 creates the
+# tables as `schema` defines them now, so a database created today has every later change
+# already: a later migration brings an older database to the same shape and must be a no-op
+# on a new one (DROP … IF EXISTS, a column added only when missing). Applied migrations are
+# never edited.
+_V1_TABLES = [
+    schema.ProposalRow,
+    schema.RequestRow,
+    schema.DecisionRow,
+    schema.OutcomeRow,
+    schema.ExecutionRow,
+    schema.OutboxRow,
+    schema.AuditRow,
+    schema.AuditHeadRow,
+]
+
+
+def _v1(conn: Connection) -> None:
+    SQLModel.metadata.create_all(conn, tables=[t.__table__ for t in _V1_TABLES])  # type: ignore[attr-defined]
+    conn.execute(schema.AuditHeadRow.__table__.insert().values(id=1, seq=0, hash="0" * 64))  # type: ignore[attr-defined]
+
+
+def _v2(conn: Connection) -> None:
+    # Indexes no query reads, kept up to date by every intake transaction (on SQLite each is
+    # one more page written to the WAL per commit). Databases created now never had them.
+    for index in ("ix_proposals_agent", "ix_proposals_status", "ix_audit_kind"):
+        conn.execute(text(f"DROP INDEX IF EXISTS {index}"))
+
+
+def _v3(conn: Connection) -> None:
+    # outcomes.release_id loses its UNIQUE constraint: the id is derived from the proposal id
+    # (the primary key), and the index of a random key wrote one more page per intake commit.
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("ALTER TABLE outcomes DROP CONSTRAINT IF EXISTS outcomes_release_id_key"))
+        return
+    unique = conn.execute(
+        text("SELECT 1 FROM pragma_index_list('outcomes') WHERE \"unique\" AND origin = 'u'")
+    ).first()
+    if unique is None:
+        return
+    # SQLite cannot drop a column constraint: rebuild the table in this transaction.
+    conn.execute(text("ALTER TABLE outcomes RENAME TO outcomes_before_v3"))
+    schema.OutcomeRow.__table__.create(conn)  # type: ignore[attr-defined]
+    conn.execute(
+        text(
+            "INSERT INTO outcomes (proposal_id, outcome, release_id, reason, at) "
+            "SELECT proposal_id, outcome, release_id, reason, at FROM outcomes_before_v3"
+        )
+    )
+    conn.execute(text("DROP TABLE outcomes_before_v3"))
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3]
+
+
+async def migrate(engine: AsyncEngine) -> int:
+    """Bring the schema to the newest version; safe to run from several replicas at once."""
+    async with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            # One migrator at a time across replicas; released at commit.
+            await conn.execute(text("SELECT pg_advisory_xact_lock(720431)"))
+        await conn.run_sync(
+            lambda c: schema.SchemaVersionRow.__table__.create(c, checkfirst=True)  # type: ignore[attr-defined]
+        )
+        current = (
+            await conn.execute(
+                select(schema.SchemaVersionRow.version)  # type: ignore[call-overload]
+                .order_by(schema.SchemaVersionRow.version.desc())  # type: ignore[attr-defined]
+                .limit(1)
+            )
+        ).scalar()
+        current = current or 0
+        for version in range(current + 1, len(MIGRATIONS) + 1):
+            await conn.run_sync(MIGRATIONS[version - 1])
+            await conn.execute(
+                schema.SchemaVersionRow.__table__.insert().values(  # type: ignore[attr-defined]
+                    version=version, applied_at=datetime.now(UTC)
+                )
+            )
+        return len(MIGRATIONS)

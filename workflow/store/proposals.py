@@ -1,0 +1,164 @@
+"""Proposals as the intake stores them: the proposal row with its request, outcome and audit
+records in one transaction, and what a redelivery needs to rebuild the events it published."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, select
+
+from workflow.effects import IntakeRecord, StoredIntake
+from workflow.store import fastpath
+from workflow.store.audit import AuditLog
+from workflow.store.engine import Database
+from workflow.store.tables import AUDIT, DECISIONS, OUTCOMES, PROPOSALS, REQUESTS
+
+_STORED = select(
+    PROPOSALS.c.id,
+    PROPOSALS.c.payload,
+    PROPOSALS.c.classification,
+    PROPOSALS.c.verdict,
+    PROPOSALS.c.trace,
+    PROPOSALS.c.received_at,
+).where(PROPOSALS.c.id.in_(bindparam("ids", expanding=True)))
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeResult:
+    new: set[str]
+    existing_digests: dict[str, str]
+
+
+class Proposals:
+    def __init__(self, db: Database, audit: AuditLog):
+        self.db = db
+        self.audit = audit
+        # executemany ("insertmanyvalues") with RETURNING: one cached statement for every batch
+        # size; ON CONFLICT because another replica may insert the same id (PostgreSQL).
+        self._insert_new = (
+            db.insert(PROPOSALS)
+            .on_conflict_do_nothing(index_elements=["id"])
+            .returning(PROPOSALS.c.id)
+        )
+
+    async def record(self, records: Sequence[IntakeRecord], now: datetime) -> IntakeResult:
+        """Insert new proposals with their rows and audit records; report which ids already
+        existed. Their events are not stored (see `IntakeRecord`)."""
+        unique: dict[str, IntakeRecord] = {}
+        for rec in records:
+            unique.setdefault(rec.id, rec)
+        if not unique:
+            return IntakeResult(new=set(), existing_digests={})
+        return await self.db.transact(lambda conn: self._record(conn, unique, now))
+
+    def _record(
+        self, conn: Connection, unique: dict[str, IntakeRecord], now: datetime
+    ) -> IntakeResult:
+        ids = list(unique)
+        if self.db.fast:
+            # Under the write lock nothing else inserts: look up, then insert what is new.
+            existing = fastpath.proposal_digests(conn, ids)
+            new = {i for i in ids if i not in existing}
+            self.db.insert_rows(conn, PROPOSALS, [unique[i].proposal for i in ids if i in new])
+        else:
+            inserted = conn.execute(
+                self._insert_new, [r.proposal._asdict() for r in unique.values()]
+            )
+            new = {row[0] for row in inserted}
+            others = [i for i in ids if i not in new]
+            existing = {}
+            if others:
+                rows = conn.execute(
+                    select(PROPOSALS.c.id, PROPOSALS.c.digest).where(PROPOSALS.c.id.in_(others))
+                )
+                existing = {row.id: row.digest for row in rows}
+        fresh = [r for r in unique.values() if r.id in new]
+        self.db.insert_rows(conn, REQUESTS, [r.request for r in fresh if r.request is not None])
+        self.db.insert_rows(conn, OUTCOMES, [r.outcome for r in fresh if r.outcome is not None])
+        self.audit.append_in(conn, [a for r in fresh for a in r.audit], now)
+        return IntakeResult(new=new, existing_digests=existing)
+
+    async def stored(self, proposal_ids: Iterable[str]) -> list[StoredIntake]:
+        """The stored rows of these proposals, to rebuild the events their intake published."""
+        ids = list(proposal_ids)
+        if not ids:
+            return []
+
+        def body(conn: Connection) -> list[StoredIntake]:
+            return [
+                StoredIntake(
+                    id=row.id,
+                    payload=row.payload,
+                    classification=row.classification,
+                    verdict=row.verdict,
+                    trace=json.loads(row.trace) if row.trace else None,
+                    received_at=row.received_at,
+                )
+                for row in conn.execute(_STORED, {"ids": ids})
+            ]
+
+        return await self.db.read(body)
+
+    async def parts(self, proposal_id: str) -> tuple[str, str, str, dict[str, str]] | None:
+        """The stored proposal, classification and verdict JSON, and its trace context."""
+        found = await self.stored([proposal_id])
+        if not found:
+            return None
+        row = found[0]
+        return row.payload, row.classification, row.verdict, row.trace or {}
+
+    async def seen_definitions(self, limit: int = 10_000) -> list[str]:
+        """Payloads of recent proposals that carried a tool definition, oldest first."""
+        async with self.db.engine.connect() as conn:
+            rows = await conn.execute(
+                select(PROPOSALS.c.payload)
+                .where(PROPOSALS.c.payload.contains('"tool_definition"'))
+                .order_by(PROPOSALS.c.received_at.desc())
+                .limit(limit)
+            )
+            return [r.payload for r in rows][::-1]
+
+    async def history(self, ident: str) -> dict[str, Any] | None:
+        """Everything stored about one proposal (by proposal id or request id)."""
+        async with self.db.engine.connect() as conn:
+            req = (
+                await conn.execute(
+                    select(REQUESTS).where(
+                        (REQUESTS.c.request_id == ident) | (REQUESTS.c.proposal_id == ident)
+                    )
+                )
+            ).first()
+            pid = req.proposal_id if req is not None else ident
+            prop = (await conn.execute(select(PROPOSALS).where(PROPOSALS.c.id == pid))).first()
+            if prop is None:
+                return None
+            decisions = (
+                (
+                    await conn.execute(
+                        select(DECISIONS)
+                        .where(DECISIONS.c.request_id == req.request_id)
+                        .order_by(DECISIONS.c.received_at)
+                    )
+                ).all()
+                if req is not None
+                else []
+            )
+            audit = (
+                await conn.execute(
+                    select(AUDIT).where(AUDIT.c.proposal_id == pid).order_by(AUDIT.c.seq)
+                )
+            ).all()
+            outcome = (
+                await conn.execute(select(OUTCOMES).where(OUTCOMES.c.proposal_id == pid))
+            ).first()
+        return {
+            "proposal": prop,
+            "request": req,
+            "decisions": decisions,
+            "audit": audit,
+            "outcome": outcome,
+        }

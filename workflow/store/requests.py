@@ -1,0 +1,193 @@
+"""Approval requests and the decisions received for them.
+
+A request changes through `commit_step` only: one transaction writes the decision (its nonce is
+unique: a replay loses), moves the request with an optimistic version check, and adds the
+outcome, the proposal's status, the outbox events and the audit records the step produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, func, select, update
+
+from workflow.approvals import HeldRequest
+from workflow.effects import StepWrite
+from workflow.messages import ApprovalRecord, ApprovalRequirement
+from workflow.outcomes import RequestState
+from workflow.store.audit import AuditLog
+from workflow.store.engine import Database
+from workflow.store.outbox import Outbox
+from workflow.store.tables import DECISIONS, OUTCOMES, PROPOSALS, REQUESTS
+
+
+class ConcurrentUpdate(Exception):
+    """Another writer changed the request first; reload and apply again."""
+
+
+# The reads of every decision, built once (building a statement costs more than running it).
+_BY_ID = select(REQUESTS).where(
+    (REQUESTS.c.request_id == bindparam("ident")) | (REQUESTS.c.proposal_id == bindparam("ident"))
+)
+_NONCE = select(DECISIONS.c.signature).where(DECISIONS.c.nonce == bindparam("nonce"))
+_APPROVALS = (
+    select(DECISIONS.c.request_id, DECISIONS.c.record)
+    .where(
+        DECISIONS.c.request_id.in_(bindparam("ids", expanding=True)),
+        DECISIONS.c.accepted.is_(True),
+        DECISIONS.c.verdict == "approve",
+    )
+    .order_by(DECISIONS.c.received_at)
+)
+# An approval step's statements: the SET clause comes from the parameters (a handful of
+# shapes, each compiled once), the WHERE values from `b_*` parameters.
+_STEP = update(REQUESTS).where(
+    REQUESTS.c.request_id == bindparam("b_request_id"),
+    REQUESTS.c.version == bindparam("b_version"),
+)
+_PROPOSAL_STATUS = update(PROPOSALS).where(PROPOSALS.c.id == bindparam("b_id"))
+
+
+class Requests:
+    def __init__(self, db: Database, outbox: Outbox, audit: AuditLog):
+        self.db = db
+        self.outbox = outbox
+        self.audit = audit
+        self._insert_decision = (
+            db.insert(DECISIONS)
+            .on_conflict_do_nothing(index_elements=["nonce"])
+            .returning(DECISIONS.c.nonce)
+        )
+
+    async def load(self, ident: str) -> tuple[HeldRequest, int] | None:
+        """A request by request id or proposal id, with its approvals and version."""
+
+        def body(conn: Connection) -> tuple[HeldRequest, int] | None:
+            row = conn.execute(_BY_ID, {"ident": ident}).first()
+            if row is None:
+                return None
+            approvals = _approvals(conn, [row.request_id])
+            return _held(row, approvals.get(row.request_id, ())), int(row.version)
+
+        return await self.db.read(body)
+
+    async def nonce_signature(self, nonce: str) -> tuple[bool, str | None]:
+        """Whether a decision with this nonce was recorded, and the signature it carried."""
+        found = await self.db.read(lambda conn: conn.execute(_NONCE, {"nonce": nonce}).first())
+        return (found is not None, found.signature if found is not None else None)
+
+    async def decision(self, nonce: str) -> Any | None:
+        """The stored decision with this nonce (accepted or refused, and why)."""
+        async with self.db.engine.connect() as conn:
+            return (await conn.execute(select(DECISIONS).where(DECISIONS.c.nonce == nonce))).first()
+
+    async def due(self, now: datetime, limit: int = 200) -> list[tuple[HeldRequest, int]]:
+        """Pending requests whose expiry has passed, oldest expiry first."""
+        query = (
+            select(REQUESTS)
+            .where(REQUESTS.c.state == RequestState.PENDING, REQUESTS.c.expires_at <= now)
+            .order_by(REQUESTS.c.expires_at)
+            .limit(limit)
+        )
+
+        def body(conn: Connection) -> list[tuple[HeldRequest, int]]:
+            rows = conn.execute(query).all()
+            approvals = _approvals(conn, [r.request_id for r in rows]) if rows else {}
+            return [(_held(r, approvals.get(r.request_id, ())), int(r.version)) for r in rows]
+
+        return await self.db.read(body)
+
+    async def commit_step(self, write: StepWrite, now: datetime) -> bool:
+        """Apply one step atomically. False when the nonce was already used (a replay race).
+
+        Raises ConcurrentUpdate when another writer moved the request first.
+        """
+        return await self.db.transact(lambda conn: self._commit_step(conn, write, now))
+
+    def _commit_step(self, conn: Connection, write: StepWrite, now: datetime) -> bool:
+        if write.decision is not None:
+            got = conn.execute(self._insert_decision, write.decision._asdict())
+            if got.first() is None:
+                return False
+        if write.expected_version is not None:
+            values: dict[str, Any] = {
+                "b_request_id": write.request_id,
+                "b_version": write.expected_version,
+                "version": write.expected_version + 1,
+            }
+            if write.requirement is not None:
+                values["requirement"] = write.requirement
+            if write.new_state is not None:
+                values["state"] = write.new_state
+                if write.new_state is not RequestState.PENDING:
+                    values["closed_at"] = now
+            changed = conn.execute(_STEP, values)
+            if changed.rowcount != 1:
+                raise ConcurrentUpdate(write.request_id)
+        if write.outcome is not None:
+            self.db.insert_rows(conn, OUTCOMES, [write.outcome])
+        if write.proposal_status is not None:
+            pid, status = write.proposal_status
+            conn.execute(_PROPOSAL_STATUS, {"b_id": pid, "status": status})
+        self.outbox.insert_in(conn, write.events, now)
+        self.audit.append_in(conn, write.audit, now)
+        return True
+
+    async def pending(
+        self, *, workspace: str | None, agent: str | None, limit: int
+    ) -> list[tuple[Any, tuple[ApprovalRecord, ...]]]:
+        """Pending requests with their proposal rows, oldest first."""
+        query = (
+            select(REQUESTS, PROPOSALS.c.payload, PROPOSALS.c.classification)
+            .join(PROPOSALS, PROPOSALS.c.id == REQUESTS.c.proposal_id)
+            .where(REQUESTS.c.state == RequestState.PENDING)
+            .order_by(REQUESTS.c.created_at)
+            .limit(limit)
+        )
+        if workspace:
+            query = query.where(REQUESTS.c.workspace == workspace)
+        if agent:
+            query = query.where(REQUESTS.c.agent == agent)
+
+        def body(conn: Connection) -> list[tuple[Any, tuple[ApprovalRecord, ...]]]:
+            rows = conn.execute(query).all()
+            approvals = _approvals(conn, [r.request_id for r in rows]) if rows else {}
+            return [(r, approvals.get(r.request_id, ())) for r in rows]
+
+        return await self.db.read(body)
+
+    async def pending_count(self) -> int:
+        async with self.db.engine.connect() as conn:
+            got = await conn.execute(
+                select(func.count())
+                .select_from(REQUESTS)
+                .where(REQUESTS.c.state == RequestState.PENDING)
+            )
+            return int(got.scalar_one())
+
+
+def _approvals(
+    conn: Connection, request_ids: Sequence[str]
+) -> dict[str, tuple[ApprovalRecord, ...]]:
+    """The accepted approvals of each request, in the order they arrived."""
+    rows = conn.execute(_APPROVALS, {"ids": list(request_ids)})
+    out: dict[str, list[ApprovalRecord]] = {}
+    for r in rows:
+        out.setdefault(r.request_id, []).append(ApprovalRecord.model_validate_json(r.record))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _held(row: Any, approvals: tuple[ApprovalRecord, ...]) -> HeldRequest:
+    return HeldRequest(
+        request_id=row.request_id,
+        proposal_id=row.proposal_id,
+        agent=row.agent,
+        workspace=row.workspace,
+        proposal_digest=row.digest,
+        requirement=ApprovalRequirement.model_validate_json(row.requirement),
+        expires_at=row.expires_at,
+        state=RequestState(row.state),
+        approvals=approvals,
+    )
