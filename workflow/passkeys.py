@@ -164,10 +164,40 @@ def proof(assertion: PasskeyAssertion, passkey: Passkey) -> PasskeyProof:
     )
 
 
-def _origin_matches(origin: str, rp_id: str) -> bool:
-    """WebAuthn's rule: the origin's host is the relying party id or a subdomain of it."""
-    host = urlsplit(origin).hostname or ""
+def origin_allowed(origin: str, rp_id: str) -> bool:
+    """WebAuthn's rule, as browsers apply it: the origin's host is the relying party id or a
+    subdomain of it, over HTTPS (plain HTTP only on localhost, a secure context too)."""
+    parts = urlsplit(origin)
+    host = parts.hostname or ""
+    if parts.scheme != "https" and not (parts.scheme == "http" and host == "localhost"):
+        return False
     return host == rp_id or host.endswith("." + rp_id)
+
+
+def assertion_origin(assertion: PasskeyAssertion | PasskeyProof) -> str | None:
+    """The origin the browser wrote into the assertion's client data, if it is readable."""
+    try:
+        client_data = json.loads(from_b64url(assertion.client_data_json))
+        return str(client_data["origin"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def verify_decision_at(raw: Mapping[str, Any], passkey: Passkey) -> PasskeyCheck:
+    """`verify_decision` for a collector that serves no pages itself: the assertion must come
+    from an origin the credential's relying party covers (its registration checked the web
+    inbox's own origin)."""
+    try:
+        assertion = PasskeyAssertion.model_validate(raw.get("passkey"))
+    except ValueError:
+        return PasskeyCheck(False, "The decision carries no valid passkey assertion.")
+    origin = assertion_origin(assertion)
+    if origin is None or not origin_allowed(origin, passkey.rp_id):
+        return PasskeyCheck(
+            False, f"The assertion was made on {origin or 'an unknown origin'}, not for "
+            f"{passkey.rp_id}."
+        )  # fmt: skip
+    return verify_decision(raw, passkey, [origin])
 
 
 def verify_proof(record: ApprovalRecord) -> bool:
@@ -175,12 +205,8 @@ def verify_proof(record: ApprovalRecord) -> bool:
     carried = record.passkey
     if carried is None or not record.signed:
         return False
-    try:
-        client_data = json.loads(from_b64url(carried.client_data_json))
-        origin = str(client_data["origin"])
-    except (ValueError, KeyError, TypeError):
-        return False
-    if not _origin_matches(origin, carried.rp_id):
+    origin = assertion_origin(carried)
+    if origin is None or not origin_allowed(origin, carried.rp_id):
         return False
     passkey = Passkey(carried.credential_id, record.approver, carried.public_key, carried.rp_id)
     credential = _credential_json(

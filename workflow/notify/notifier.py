@@ -126,6 +126,7 @@ class Notifier:
         self.metrics = NotifyMetrics(registry or CollectorRegistry())
         self.clock = clock
         self.sleep = sleep
+        self.fallback_secret = b""
         self._slots = asyncio.Semaphore(max_inflight)
         self.ack_wait = ack_wait
         s = self.subjects
@@ -140,11 +141,21 @@ class Notifier:
         cls, nc: NATS, config: NotifyConfig, *, fallback_secret: bytes, **options: object
     ) -> Notifier:
         """Open every configured channel (ConfigError naming the one that cannot be opened)."""
-        channels = {
-            name: open_channel(name, spec, fallback_secret=fallback_secret, timeout=config.timeout)
-            for name, spec in config.channels.items()
-        }
-        return cls(nc, config, channels, **options)  # type: ignore[arg-type]
+        notifier = cls(nc, config, _open(config, fallback_secret), **options)  # type: ignore[arg-type]
+        notifier.fallback_secret = fallback_secret
+        return notifier
+
+    async def reconfigure(self, config: NotifyConfig) -> None:
+        """Use a changed `[notify]` section: open its channels, then close the old ones (a
+        notice in delivery meanwhile finishes on the channel it started with)."""
+        if config.inbox_url is None:
+            config = config.model_copy(update={"inbox_url": self.config.inbox_url})
+        old = self.channels
+        self.channels = _open(config, self.fallback_secret)
+        self.config = config
+        for channel in old.values():
+            with contextlib.suppress(Exception):
+                await channel.close()
 
     async def close(self) -> None:
         for channel in self.channels.values():
@@ -291,7 +302,10 @@ class Notifier:
         return history
 
     async def _deliver(self, notice: Notice, name: str, msg: Msg) -> Notified:
-        channel = self.channels[name]
+        channel = self.channels.get(name)
+        if channel is None:  # the policy dropped the channel meanwhile
+            gone = "the channel is no longer configured"
+            return _record(notice, name, False, 0, gone, self.clock())
         error = ""
         attempt = 0
         for attempt in range(1, self.config.attempts + 1):
@@ -326,6 +340,13 @@ class Notifier:
         if notice.kind == "held":
             waited = (now - notice.created_at).total_seconds()
             self.metrics.first_notification.labels(name).observe(max(waited, 0.0))
+
+
+def _open(config: NotifyConfig, fallback_secret: bytes) -> dict[str, Channel]:
+    return {
+        name: open_channel(name, spec, fallback_secret=fallback_secret, timeout=config.timeout)
+        for name, spec in config.channels.items()
+    }
 
 
 def _routed(notice: Notice) -> Routed:

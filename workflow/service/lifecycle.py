@@ -23,6 +23,7 @@ from workflow.service.context import ServiceContext
 from workflow.service.embedded import EmbeddedNats
 from workflow.service.intake import Intake
 from workflow.service.metrics import HealthServer
+from workflow.service.outreach import Outreach
 from workflow.service.settings import Settings, load_settings_policy
 from workflow.service.stage import PullStage, RetryPolicy
 from workflow.service.streams import ensure_streams, service_consumers
@@ -109,6 +110,7 @@ class Service:
         self._lock_fd: int | None = None
         self.workers: IntakeWorkers | None = None
         self._reload: asyncio.Future[bool] | None = None
+        self.outreach: Outreach | None = None
 
     def _lock_data_dir(self) -> None:
         self._lock_fd = datadir.lock(self.settings.data_dir)
@@ -183,6 +185,17 @@ class Service:
                 PullStage(nc, js, consumers["collector"], Collector(ctx), batch=64, metrics=m),
                 PullStage(nc, js, consumers["auditor"], Auditor(ctx), batch=64, metrics=m),
             ]
+        if not s.intake_worker:
+            # Before the stages run: the notifier must not miss the first held request.
+            self.outreach = Outreach(ctx, s)
+            try:
+                await self.outreach.start()
+            except BaseException:
+                await self.outreach.stop()
+                await nc.close()
+                await store.close()
+                self._stop_embedded()
+                raise
         for stage in self.stages:
             self.tasks.append(asyncio.create_task(stage.run(self.stopping)))
         if not s.intake_worker:
@@ -285,6 +298,11 @@ class Service:
             ctx.now(),
         )
         log.info("policy reloaded (%s): revision %s -> %s", reason, old, policy.revision)
+        if self.outreach is not None:
+            try:
+                await self.outreach.reload()
+            except HeadgateError as exc:
+                log.error("notifications keep the channels they had: %s", exc)
         return True
 
     async def _watch_policy(self) -> None:
@@ -319,6 +337,8 @@ class Service:
             await self.workers.stop()
         if self.health is not None:
             await self.health.stop()
+        if self.outreach is not None:
+            await self.outreach.stop()
         for sub in self.api_subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
