@@ -486,6 +486,10 @@ class WebInvite(Wire):
     key: str | None = None
     signature: str | None = None
 
+    def signing_payload(self) -> bytes:
+        """What the inviting approver signs: the canonical JSON of every other field."""
+        return signed_text(self.model_dump(mode="json")).encode()
+
 
 class WebInviteReply(Wire):
     approver: str

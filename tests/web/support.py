@@ -1,76 +1,144 @@
-"""Running the web inbox in a test: a real service, the inbox on a free port, Chromium."""
+"""The web inbox in tests: a real service with `--web-port`, approvers in a policy file,
+invitations through the real `headgate web invite`, and Chromium driving the pages."""
 
 from __future__ import annotations
 
-import secrets
+import asyncio
+import json
+import os
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from tests.service.helpers import Harness
-from workflow.messages import InvitationReply, PasskeyInfo, PasskeyRegistration
-from workflow.web.app import WebInbox, WebSettings
-from workflow.web.backend import BackendError, NatsBackend
-from workflow.web.server import WebServer, default_url, listen
+from tests.service.helpers import Harness, running_service
+from tests.support.browser import add_authenticator, wait
+from workflow.signing import ApproverKey
 
 
 @dataclass
-class RegistryBackend(NatsBackend):
-    """The service's API for everything but passkeys, which it keeps here in memory.
+class Approvers:
+    keys: dict[str, ApproverKey]
+    seeds: dict[str, Path]
+    policy: Path
 
-    Stands in for `api.web.*` until the service answers them itself.
-    """
 
-    invites: dict[str, str] = field(default_factory=dict)
-    passkeys: dict[str, PasskeyInfo] = field(default_factory=dict)
+def approvers_policy(tmp_path: Path, extra: str = "") -> Approvers:
+    """alice (admin) and bob; calls in workspace `prod` need two approvals."""
+    keys = {name: ApproverKey.generate() for name in ("alice", "bob")}
+    seeds = {}
+    for name, key in keys.items():
+        seeds[name] = tmp_path / f"{name}.seed"
+        key.write(seeds[name])
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        f"""
+[approvers.alice]
+key = "{keys["alice"].public_key}"
+roles = ["admin", "approver"]
 
-    def __init__(self, harness: Harness):
-        super().__init__(harness.nc, harness.subjects)
-        self.invites = {}
-        self.passkeys = {}
+[approvers.bob]
+key = "{keys["bob"].public_key}"
+roles = ["approver"]
 
-    def invite(self, approver: str) -> str:
-        token = secrets.token_urlsafe(32)
-        self.invites[token] = approver
-        return token
-
-    async def invitation(self, token: str) -> InvitationReply | None:
-        approver = self.invites.get(token)
-        if approver is None:
-            return None
-        return InvitationReply(
-            approver=approver,
-            expires_at=datetime.now(UTC) + timedelta(minutes=30),
-            credential_ids=[c for c, p in self.passkeys.items() if p.approver == approver],
-        )
-
-    async def register(self, registration: PasskeyRegistration) -> str:
-        approver = self.invites.pop(registration.token, None)
-        if approver is None:
-            raise BackendError("The invitation was used already or has expired.")
-        self.passkeys[registration.credential_id] = PasskeyInfo(
-            approver=approver, credential_id=registration.credential_id,
-            public_key=registration.public_key, rp_id=registration.rp_id,
-            sign_count=registration.sign_count, roles=["approver"], workspaces=["*"],
-        )  # fmt: skip
-        return approver
-
-    async def passkey(self, credential_id: str) -> PasskeyInfo | None:
-        found = self.passkeys.get(credential_id)
-        if found is None:
-            return None
-        mine = [c for c, p in self.passkeys.items() if p.approver == found.approver]
-        return found.model_copy(update={"credential_ids": mine})
+[workspaces.prod]
+approval = {{ quorum = 2 }}
+{extra}
+"""
+    )
+    return Approvers(keys, seeds, policy)
 
 
 @asynccontextmanager
-async def web_inbox(backend: NatsBackend) -> AsyncIterator[WebServer]:
-    sock = listen("127.0.0.1", 0)
-    url = default_url("127.0.0.1", sock.getsockname()[1], tls=False)
-    server = WebServer(WebInbox(backend, WebSettings(url=url)), sock)
-    await server.start()
+async def inbox_service(
+    nats_url: str, tmp_path: Path, people: Approvers, **settings: Any
+) -> AsyncIterator[Harness]:
+    async with running_service(
+        nats_url, tmp_path / "data", policy_path=people.policy, web_port=0, **settings
+    ) as h:
+        yield h
+
+
+def web_url(h: Harness) -> str:
+    assert h.service.ctx is not None
+    assert h.service.ctx.web_url is not None
+    return h.service.ctx.web_url
+
+
+async def cli(h: Harness, *args: str) -> tuple[int, str, str]:
+    """Run the real `headgate` command against the harness's service."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "workflow", *args,
+        "--nats-url", h.service.url, "--data-dir", str(h.data_dir),
+        "--prefix", h.subjects.prefix,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def invite(h: Harness, people: Approvers, name: str, *, by: str = "alice") -> str:
+    code, out, err = await cli(h, "web", "invite", name, "--key", str(people.seeds[by]), "--json")
+    assert code == 0, err
+    link = json.loads(out)["url"]
+    assert isinstance(link, str)
+    return link
+
+
+def register(driver: Any, link: str) -> None:
+    """Open an invitation in this browser and register a passkey on its authenticator."""
+    from selenium.webdriver.common.by import By
+
+    origin = link.split("/invite/")[0]
+    driver.get(origin + "/signin")  # an authenticator is added to the page's origin
+    add_authenticator(driver)
+    driver.get(link)
+    button = driver.find_element(By.ID, "register")
+    assert "passkey" in button.text.lower()
+    button.click()
+    wait(driver, lambda d: d.current_url == origin + "/")
+
+
+def item(driver: Any, request_id: str) -> Any:
+    from selenium.webdriver.common.by import By
+
+    found = wait(driver, lambda d: d.find_elements(By.ID, f"rq-{request_id}"))
+    return found[0]
+
+
+def status_of(driver: Any, request_id: str) -> str:
+    """Wait until the page says what became of the decision on `request_id`; return that."""
+    from selenium.webdriver.common.by import By
+
+    seen: list[str] = []
+
+    def said(d: Any) -> str | bool:
+        # The flash line outlives the item, which leaves the inbox once it is decided.
+        text = d.find_element(By.ID, "flash").text
+        seen.append(text)
+        done = text.startswith(("Approved", "Rejected", "Refused", "Not sent"))
+        return text if done and request_id in text else False
+
     try:
-        yield server
-    finally:
-        await server.stop()
+        return str(wait(driver, said))
+    except Exception as exc:
+        raise AssertionError(f"the decision's status stayed {seen[-1:]!r}") from exc
+
+
+def post_json(driver: Any, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST from the page itself: the session cookie, the CSRF token and the Origin of a real
+    browser request."""
+    script = """
+      const [path, body, done] = arguments;
+      const csrf = document.querySelector('meta[name="csrf-token"]').content;
+      fetch(path, {method: "POST", credentials: "same-origin",
+                   headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf},
+                   body: JSON.stringify(body)})
+        .then(r => r.json().then(j => done({status: r.status, body: j})));
+    """
+    result = driver.execute_async_script(script, path, body)
+    assert isinstance(result, dict)
+    return result

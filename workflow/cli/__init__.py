@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from workflow.cli import bench, calls, inbox, offline, policy_cmds
+from workflow.cli import bench, calls, inbox, offline, policy_cmds, web
 from workflow.cli.common import err_console
 from workflow.cli.serve import serve
 from workflow.errors import HeadgateError
@@ -34,6 +34,7 @@ app.add_typer(policy_cmds.policy_app, name="policy")
 app.add_typer(policy_cmds.tools_app, name="tools")
 app.add_typer(offline.keys_app, name="keys")
 app.add_typer(offline.audit_app, name="audit")
+app.add_typer(web.web_app, name="web")
 
 
 def main() -> None:

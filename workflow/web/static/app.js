@@ -60,6 +60,14 @@ function say(el, text, kind) {
   el.className = "status" + (kind ? " " + kind : "");
 }
 
+// What became of a decision stays on screen after its item leaves the inbox.
+function flash(text, kind) {
+  const el = document.getElementById("flash");
+  if (!el) return;
+  el.textContent = text;
+  el.className = "flash" + (kind ? " " + kind : "");
+}
+
 function creationOptions(o) {
   return {
     ...o,
@@ -225,15 +233,20 @@ async function decide(item, verdict, reason) {
     };
     say(status, "Sending…");
     const answer = await post("/api/decide", { decision, passkey });
+    const rid = item.dataset.requestId;
     if (answer.accepted) {
-      say(status, `${verdict === "approve" ? "Approved" : "Rejected"}: ${answer.message}`, "ok");
+      const done = `${verdict === "approve" ? "Approved" : "Rejected"} ${rid}: ${answer.message}`;
+      say(status, done, "ok");
+      flash(done, "ok");
       item.classList.add("done");
     } else {
-      say(status, `Refused: ${answer.message}`, "error");
+      say(status, `Refused ${rid}: ${answer.message}`, "error");
+      flash(`Refused ${rid}: ${answer.message}`, "error");
       buttons.forEach((b) => (b.disabled = false));
     }
   } catch (e) {
     say(status, `Not sent: ${e.message}`, "error");
+    flash(`Not sent ${item.dataset.requestId}: ${e.message}`, "error");
     buttons.forEach((b) => (b.disabled = false));
   } finally {
     busy -= 1;
