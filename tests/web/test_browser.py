@@ -163,10 +163,13 @@ async def test_an_approver_invited_by_link_approves_and_rejects_from_the_browser
             signed = json.loads(approval.signed)
             assert signed["proposal_digest"] == released.proposal_digest
             assert (signed["request_id"], signed["verdict"]) == (rid, "approve")
-            forged = approval.model_copy(
-                update={"signed": approval.signed.replace("approve", "reject")}
+            edited = approval.signed.replace('"approve"', '"reject"')
+            assert not verify_record(approval.model_copy(update={"signed": edited}))
+            assert h.service.ctx is not None
+            by_passkey = h.service.ctx.metrics.registry.get_sample_value(
+                "headgate_time_to_decision_seconds_count", {"channel": "passkey"}
             )
-            assert not verify_record(forged)
+            assert by_passkey == 1.0
 
             # Reject: a field for the reason, Enter sends it, the agent gets it.
             second = await agent.propose("write_file", {"path": "notes.txt", "content": "hi"})
