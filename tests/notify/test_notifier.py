@@ -266,3 +266,35 @@ async def test_an_apprise_channel_delivers_the_same_text(
         [record] = await h.observer.wait_for("notified", pid)
         assert record["delivered"]
         assert record["channel"] == "chat"
+
+
+async def test_a_notifier_stopped_during_a_backoff_hands_the_notice_back(
+    nats_url: str, tmp_path: Path, sink: Sink
+) -> None:
+    sink.fail_next(10**6)
+    config = {"channels": {"ops": {"url": sink.url}}, "attempts": 20}
+    async with running_service(nats_url, tmp_path) as h:
+        waiting = asyncio.Event()
+
+        class Forever(Sleeps):
+            async def __call__(self, delay: float) -> None:
+                waiting.set()
+                await asyncio.Event().wait()  # a backoff that would outlast the stop
+
+        first = Notifier.open(
+            h.nc, NotifyConfig.model_validate(config), fallback_secret=SECRET,
+            subjects=h.subjects, sleep=Forever(),
+        )  # fmt: skip
+        await first.ensure()
+        stop = asyncio.Event()
+        task = asyncio.create_task(first.run(stop))
+        pid, rid, _ = await held(h)
+        await asyncio.wait_for(waiting.wait(), 10)
+        stop.set()
+        await asyncio.wait_for(task, 10)  # the stop does not wait for the backoff
+        await first.close()
+        assert h.observer.of("notified", pid) == []  # nothing recorded: not given up
+        sink.fail_next(0)
+        async with notifier_running(h, config):
+            [got] = await received(sink, 1)
+            assert json.loads(got.body)["request_id"] == rid

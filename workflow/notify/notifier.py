@@ -97,6 +97,11 @@ class NotifyMetrics:
         )
 
 
+class _Stopping(Exception):
+    """The notifier stops while a notice waits for its next try: it is left unacked and
+    comes back when a notifier runs again."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Source:
     name: str
@@ -127,6 +132,7 @@ class Notifier:
         self.clock = clock
         self.sleep = sleep
         self.fallback_secret = b""
+        self._stopping = asyncio.Event()
         self._slots = asyncio.Semaphore(max_inflight)
         self.ack_wait = ack_wait
         s = self.subjects
@@ -184,6 +190,7 @@ class Notifier:
     async def run(self, stop: asyncio.Event) -> None:
         """Read the three consumers until `stop` is set, then finish the notices in hand."""
         await self.ensure()
+        self._stopping = stop
         tasks: set[asyncio.Task[None]] = set()
         loops = [asyncio.create_task(self._pull(s, stop, tasks)) for s in self.sources]
         try:
@@ -253,7 +260,11 @@ class Notifier:
         notice, names = found
         if not names:
             log.info("notifier: no route for %s of %s", notice.kind, notice.request_id)
-        records = await asyncio.gather(*(self._deliver(notice, name, msg) for name in names))
+        try:
+            records = await asyncio.gather(*(self._deliver(notice, name, msg) for name in names))
+        except _Stopping:
+            await msg.nak()
+            return
         for record in records:
             await self.js.publish(
                 self.subjects.notified(notice.workspace),
@@ -327,13 +338,27 @@ class Notifier:
                 )  # fmt: skip
                 with contextlib.suppress(Exception):
                     await msg.in_progress()
-                await self.sleep(self.config.delay(attempt))
+                await self._pause(self.config.delay(attempt))
         log.warning(
             "notifier: %s to channel %s failed after %d tries: %s",
             notice.delivery_id, name, attempt, error,
         )  # fmt: skip
         self.metrics.deliveries.labels(name, notice.kind, "failed").inc()
         return _record(notice, name, False, attempt, error, self.clock())
+
+    async def _pause(self, delay: float) -> None:
+        """Wait before the next try, unless the notifier stops meanwhile (_Stopping)."""
+        if self._stopping.is_set():
+            raise _Stopping
+        pause = asyncio.ensure_future(self.sleep(delay))
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({pause, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (pause, stop):
+                waiter.cancel()
+        if self._stopping.is_set():
+            raise _Stopping
 
     def _delivered(self, notice: Notice, name: str, now: datetime) -> None:
         self.metrics.deliveries.labels(name, notice.kind, "delivered").inc()
