@@ -111,7 +111,7 @@ class NotifyConfig(_Strict):
             if unknown:
                 raise ValueError(
                     f"routes[{i}] names the channel {unknown[0]!r}, which is not in "
-                    f"[notify.channels] ({', '.join(sorted(self.channels)) or 'none defined'})"
+                    f"notify.channels ({', '.join(sorted(self.channels)) or 'none defined'})"
                 )
         return self
 

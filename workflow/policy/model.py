@@ -89,7 +89,7 @@ class Policy(Strict):
             if unknown:
                 raise ValueError(
                     f"approval.escalation.steps[{i}] names the channel {unknown[0]!r}, which "
-                    "is not in [notify.channels]"
+                    f"is not one of notify.channels ({', '.join(sorted(self.notify.channels))})"
                 )
         return self
 
