@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.service.helpers import Harness
+from tests.service.helpers import Harness, propose
 from tests.support.authenticator import SoftAuthenticator
 from tests.web.support import approvers_policy, cli, inbox_service, invite, web_url
 from workflow.client import transport
@@ -97,6 +97,38 @@ async def test_state_changes_need_the_sessions_csrf_token_and_the_inboxs_origin(
         # Pages say how they may be used.
         assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
         assert page.headers["referrer-policy"] == "no-referrer"
+
+
+async def test_the_detail_page_shows_the_whole_proposal_masked_and_the_policy_trail(
+    nats_url: str, tmp_path: Path
+) -> None:
+    people = approvers_policy(tmp_path)
+    async with inbox_service(nats_url, tmp_path, people) as h, client(h) as c:
+        auth = SoftAuthenticator(origin=web_url(h))
+        session, _ = session_cookie(await register(c, await invite(h, people, "bob"), auth))
+        secret = "sk-ant-abcdefghijklmnopqrstuvwxyz012345"
+        pid = await propose(
+            h.nc, h.subjects, agent="builder-7", tool="http_post",
+            arguments={"url": "https://api.example.com/x", "api_key": secret, "body": "hi"},
+            intent=f"post it with {secret}",
+        )  # fmt: skip
+        rid = (await h.observer.wait_for("inbox", pid))[0]["request_id"]
+        page = await c.get(f"/requests/{rid}", headers={"Cookie": f"hg_session={session}"})
+        assert page.status_code == 200
+        text = page.text
+        assert "The whole proposal" in text
+        assert "Policy trail" in text
+        assert "https://api.example.com/x" in text
+        assert secret not in text
+        assert ">Approve</button>" in text
+        assert ">Reject</button>" in text
+        assert (await c.get(f"/requests/{rid}")).status_code == 303  # signed out: sign in first
+        # The exact proposal, secrets included, only for a session, and only when deciding.
+        exact = await c.get(
+            f"/api/requests/{rid}/proposal", headers={"Cookie": f"hg_session={session}"}
+        )
+        assert secret in exact.json()["proposal"]
+        assert (await c.get(f"/api/requests/{rid}/proposal")).status_code == 401
 
 
 async def test_sign_in_with_a_registered_passkey_and_its_rate_limit(
