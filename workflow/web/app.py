@@ -530,6 +530,10 @@ class WebInbox:
         history = await self.backend.history(request.path_params["ident"])
         if history is None or history.request_id is None:
             return self._error("No such request.", 404)
+        if not self._viewer(session).may_approve_for(history.proposal.workspace):
+            return self._error(
+                f"You may not approve for workspace {history.proposal.workspace}.", 403
+            )
         return self._json(
             {
                 "request_id": history.request_id,
