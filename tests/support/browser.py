@@ -60,6 +60,11 @@ def chromium(*, width: int = 1280, height: int = 900) -> Iterator[Any]:
     options.add_argument(f"--window-size={width},{height}")
     options.binary_location = browser
     driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    if width < 500:  # below the smallest window Chromium makes: emulate the phone's screen
+        driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": True},
+        )
     try:
         yield driver
     finally:
