@@ -12,7 +12,8 @@ Verification is py_webauthn's; this module decides what is checked: the challeng
 decision as received, the relying party id the credential was registered for, the origins the
 inbox is served from, user verification (a decision is the person's, not just a tap), and the
 signature counter (an authenticator that counts must count up, or the assertion is a replay).
-Pure: no I/O, no clock.
+Pure: no I/O, no clock. py_webauthn (and the cryptography it loads) is imported when a passkey
+is first checked, not by every command that imports the collector.
 """
 
 from __future__ import annotations
@@ -24,21 +25,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
-
-from webauthn import (
-    generate_authentication_options,
-    generate_registration_options,
-    options_to_json,
-    verify_authentication_response,
-    verify_registration_response,
-)
-from webauthn.helpers.exceptions import InvalidAuthenticationResponse, InvalidRegistrationResponse
-from webauthn.helpers.structs import (
-    AuthenticatorSelectionCriteria,
-    PublicKeyCredentialDescriptor,
-    ResidentKeyRequirement,
-    UserVerificationRequirement,
-)
 
 from workflow.messages import ApprovalRecord, PasskeyAssertion, PasskeyProof, signed_text
 
@@ -107,6 +93,9 @@ def _verify(
     *,
     sign_count: int,
 ) -> PasskeyCheck:
+    from webauthn import verify_authentication_response
+    from webauthn.helpers.exceptions import InvalidAuthenticationResponse
+
     try:
         verified = verify_authentication_response(
             credential=credential,
@@ -239,6 +228,14 @@ def registration_options(
     *, rp_id: str, rp_name: str, approver: str, challenge: bytes, exclude: Sequence[str] = ()
 ) -> str:
     """`navigator.credentials.create` options (JSON) for registering `approver`'s passkey."""
+    from webauthn import generate_registration_options, options_to_json
+    from webauthn.helpers.structs import (
+        AuthenticatorSelectionCriteria,
+        PublicKeyCredentialDescriptor,
+        ResidentKeyRequirement,
+        UserVerificationRequirement,
+    )
+
     options = generate_registration_options(
         rp_id=rp_id,
         rp_name=rp_name,
@@ -259,6 +256,9 @@ def verify_registration(
     credential: Mapping[str, Any], *, challenge: bytes, rp_id: str, origins: Sequence[str]
 ) -> NewPasskey:
     """Check a `navigator.credentials.create` answer; ValueError with a sentence if it fails."""
+    from webauthn import verify_registration_response
+    from webauthn.helpers.exceptions import InvalidRegistrationResponse
+
     try:
         verified = verify_registration_response(
             credential=dict(credential),
@@ -280,6 +280,9 @@ def verify_registration(
 
 def signin_options(*, rp_id: str, challenge: bytes) -> str:
     """`navigator.credentials.get` options (JSON) for signing in with any registered passkey."""
+    from webauthn import generate_authentication_options, options_to_json
+    from webauthn.helpers.structs import UserVerificationRequirement
+
     return options_to_json(
         generate_authentication_options(
             rp_id=rp_id,
