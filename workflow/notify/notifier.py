@@ -282,8 +282,6 @@ class Notifier:
         if s.token_after(msg.subject, "escalated") is not None:
             step = Escalated.model_validate_json(msg.data)
             history = await self._history(step.request_id)
-            if history is None:
-                return None
             extra = {"step": step.step, "action": step.action}
             stepped = history_notice("escalated", history, url, detail=step.message, extra=extra)
             if stepped is None:
@@ -301,8 +299,6 @@ class Notifier:
         if outcome.request_id is None:
             return None
         history = await self._history(outcome.proposal_id)
-        if history is None:
-            return None
         closed = history_notice(kind, history, url, detail=detail)
         return (closed, channels_for(self.config, _routed(closed))) if closed else None
 

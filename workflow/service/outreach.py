@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from nats.aio.subscription import Subscription
 
@@ -17,6 +18,9 @@ from workflow.service.context import ServiceContext
 from workflow.service.escalator import escalate_every
 from workflow.service.settings import Settings
 from workflow.service.web_api import serve_web_api
+
+if TYPE_CHECKING:  # the web inbox's modules load only when it is served
+    from workflow.web.server import WebServer
 
 log = logging.getLogger("headgate")
 
@@ -36,7 +40,7 @@ class Outreach:
         self.ctx = ctx
         self.settings = settings
         self.subs: list[Subscription] = []
-        self.web: object | None = None
+        self.web: WebServer | None = None
         self.notifier: Notifier | None = None
         self.tasks: list[asyncio.Task[None]] = []
         self.stopping = asyncio.Event()
@@ -92,9 +96,6 @@ class Outreach:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
         if self.web is not None:
-            from workflow.web.server import WebServer
-
-            assert isinstance(self.web, WebServer)
             await self.web.stop()
             with contextlib.suppress(OSError):
                 (self.settings.data_dir / datadir.WEB_URL_FILE).unlink()

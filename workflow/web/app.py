@@ -38,6 +38,7 @@ from workflow.client.transport import ApiRefused
 from workflow.errors import ConnectError, describe_invalid
 from workflow.messages import (
     ApprovalDecision,
+    InvitationReply,
     PasskeyRegistration,
     PendingEntry,
     Proposal,
@@ -336,7 +337,7 @@ class WebInbox:
             )  # fmt: skip
         return self._page("invite.html", invitation=invitation, session=None)
 
-    async def _invitation(self, token: str) -> Any:
+    async def _invitation(self, token: str) -> InvitationReply | None:
         try:
             return await self.backend.invitation(token)
         except ConnectError:

@@ -7,7 +7,6 @@ talks to a running service over NATS.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import uuid
@@ -151,8 +150,3 @@ class NatsBackend:
                     await sub.unsubscribe()
 
         return stop
-
-
-async def settle(delay: float) -> None:
-    """A short pause letting a burst of events coalesce into one refresh."""
-    await asyncio.sleep(delay)
