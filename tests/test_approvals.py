@@ -19,7 +19,7 @@ from workflow.approvals import (
     cancel,
     expire,
 )
-from workflow.messages import ApprovalDecision, ApprovalRequirement, DecisionVerdict, canonical_json
+from workflow.messages import ApprovalDecision, ApprovalRequirement, DecisionVerdict, signed_text
 from workflow.outcomes import RequestState
 from workflow.policy.schema import Approver
 from workflow.signing import ApproverKey, verify_raw, verify_record
@@ -77,7 +77,7 @@ def check_for(d: ApprovalDecision, *, nonce_seen: bool = False) -> DecisionCheck
         signature_valid=verify_raw(raw),
         approver=by_key.get(d.key or ""),
         nonce_seen=nonce_seen,
-        signed_text=canonical_json({k: v for k, v in raw.items() if k != "signature"}),
+        signed_text=signed_text(raw),
     )
 
 

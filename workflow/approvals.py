@@ -29,6 +29,7 @@ from workflow.messages import (
     ApprovalRequirement,
     Decision,
     DecisionVerdict,
+    PasskeyProof,
     Verdict,
 )
 from workflow.outcomes import Outcome, RequestState
@@ -128,12 +129,22 @@ def _ineligible(
 
 @dataclass(frozen=True, slots=True)
 class DecisionCheck:
-    """What the I/O layer established about a decision before the state machine sees it."""
+    """What the I/O layer established about a decision before the state machine sees it.
+
+    For a passkey-signed decision, `key` names the credential (`passkey:<credential id>`),
+    `proof` is what the approval record carries for offline verification, `problem` says why
+    the assertion did not verify, and `replay` marks an assertion whose signature counter did
+    not advance.
+    """
 
     signature_valid: bool
     approver: tuple[str, ApproverProfile] | None
     nonce_seen: bool
     signed_text: str
+    key: str | None = None
+    proof: PasskeyProof | None = None
+    problem: str | None = None
+    replay: bool = False
 
 
 def apply_decision(
@@ -145,17 +156,22 @@ def apply_decision(
     max_skew: timedelta = DEFAULT_MAX_SKEW,
 ) -> Step:
     """Apply one approver decision. Checks run in order; the first failing one refuses."""
-    if not decision.signature or not decision.key:
-        return _refuse(req, Refusal.UNSIGNED, "The decision is not signed; decisions must be.")
-    if not check.signature_valid:
+    by_key = bool(decision.signature and decision.key)
+    if by_key == (decision.passkey is not None):
+        why = "carries two signatures" if by_key else "is not signed"
+        return _refuse(req, Refusal.UNSIGNED, f"The decision {why}; decisions carry one.")
+    key = decision.key if by_key else check.key
+    if not check.signature_valid or not key:
         return _refuse(
-            req, Refusal.BAD_SIGNATURE, "The decision's signature does not verify against its key."
+            req,
+            Refusal.REPLAY if check.replay else Refusal.BAD_SIGNATURE,
+            check.problem or "The decision's signature does not verify against its key.",
         )
     if check.approver is None:
         return _refuse(
             req,
             Refusal.UNKNOWN_KEY,
-            f"The key {decision.key[:12]}… is not a registered approver.",
+            check.problem or f"The key {key[:20]}… is not a registered approver.",
         )
     name, approver = check.approver
     if check.nonce_seen:
@@ -193,13 +209,14 @@ def apply_decision(
 
     record = ApprovalRecord(
         approver=name,
-        key=decision.key,
+        key=key,
         verdict=decision.verdict,
         reason=decision.reason,
         nonce=decision.nonce,
         issued_at=decision.issued_at,
         signed=check.signed_text,
-        signature=decision.signature,
+        signature=decision.signature if by_key else None,
+        passkey=None if by_key else check.proof,
     )
     if decision.verdict is DecisionVerdict.REJECT:
         closed = replace(req, state=RequestState.REJECTED)

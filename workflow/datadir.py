@@ -9,6 +9,8 @@
 | `nats.port` | `serve` with an embedded nats-server (kept after it stops) | the next `serve` |
 | `nats/` | the embedded nats-server's JetStream store and account config | |
 | `credentials/<role>.nk` | `serve` with an embedded server (mode 0600) | clients of that role |
+| `web.url` | `serve --web-port` | `headgate web invite` (the link's base) |
+| `notify.key` | `serve`, for webhooks without a secret of their own (0600) | webhook receivers |
 
 Where a client looks is `workflow.client.connection.resolve_nats`; the names it reads are
 defined there (a client loads little) and re-exported here.
@@ -33,6 +35,8 @@ PORT_FILE = "nats.port"
 LOCK_FILE = "serve.lock"
 LOCAL_KEY_FILE = "approver.seed"
 DATABASE_FILE = "headgate.db"
+WEB_URL_FILE = "web.url"
+NOTIFY_KEY_FILE = "notify.key"
 
 
 def sqlite_url(data_dir: Path) -> str:
@@ -70,6 +74,17 @@ def local_approver(data_dir: Path) -> tuple[ApproverKey, Path, bool]:
     key = ApproverKey.generate()
     key.write(path)
     return key, path, True
+
+
+def notify_key(data_dir: Path) -> tuple[bytes, Path]:
+    """The key webhooks are signed with when a channel names no secret: created (32 random
+    bytes, hex, mode 0600) on first use."""
+    path = data_dir / NOTIFY_KEY_FILE
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(os.urandom(32).hex() + "\n")
+    return path.read_text().strip().encode(), path
 
 
 def lock(data_dir: Path) -> int:

@@ -164,10 +164,27 @@ class DecisionVerdict(StrEnum):
     REJECT = "reject"
 
 
+class PasskeyAssertion(Wire):
+    """A passkey's signature over a decision: what `navigator.credentials.get` returned.
+
+    The WebAuthn challenge is the decision itself (the UTF-8 bytes of its canonical JSON, see
+    `ApprovalDecision.signing_payload`), so the assertion signs the decision as an nkeys
+    signature does. Every field is base64url without padding, as browsers encode them.
+    """
+
+    credential_id: Annotated[str, Field(min_length=16, max_length=1400)]
+    authenticator_data: Annotated[str, Field(min_length=50, max_length=4000)]
+    client_data_json: Annotated[str, Field(min_length=20, max_length=200_000)]
+    signature: Annotated[str, Field(min_length=16, max_length=2000)]
+    user_handle: Annotated[str, Field(max_length=200)] | None = None
+
+
 class ApprovalDecision(Wire):
     """One approver's answer to one approval request, published on headgate.decisions.<id>.
 
-    The signature (Ed25519, NATS nkeys) covers the canonical JSON of every other field.
+    Signed either with the approver's nkey (`key` + `signature`: Ed25519 over the canonical
+    JSON of every other field) or with a registered passkey (`passkey`: a WebAuthn assertion
+    whose challenge is the canonical JSON of every field but `signature` and `passkey`).
     """
 
     request_id: Token
@@ -179,22 +196,48 @@ class ApprovalDecision(Wire):
     nonce: Annotated[str, Field(min_length=8, max_length=100)]
     issued_at: datetime
     signature: str | None = None
+    passkey: PasskeyAssertion | None = Field(
+        default=None, description="A WebAuthn assertion over the decision (browser approvals)."
+    )
 
     def signing_payload(self) -> bytes:
-        """What the approver signs: canonical JSON of every field but the signature.
+        """What the approver signs: canonical JSON of every field but the signatures.
 
         The service verifies over the canonical form of the JSON *as received* (see
         `workflow.signing.verify_raw`), so signers in other languages need only produce the
         same field values, not pydantic's exact serialisation.
         """
-        return canonical_json(self.model_dump(mode="json", exclude={"signature"})).encode()
+        return canonical_json(self.model_dump(mode="json", exclude=set(UNSIGNED_FIELDS))).encode()
+
+
+#: The fields of a decision that carry its signature and so are not part of what is signed.
+UNSIGNED_FIELDS = frozenset({"signature", "passkey"})
+
+
+def signed_text(raw: dict[str, Any]) -> str:
+    """What a decision received as `raw` JSON was signed over: the canonical JSON of every
+    field but its signatures. It is also the WebAuthn challenge of a passkey-signed decision."""
+    return canonical_json({k: v for k, v in raw.items() if k not in UNSIGNED_FIELDS})
+
+
+class PasskeyProof(Wire):
+    """A passkey assertion kept with the approval it signed, verifiable offline: the
+    credential's public key (COSE, base64url) and the relying party id it was made for."""
+
+    credential_id: str
+    public_key: str
+    rp_id: str
+    authenticator_data: str
+    client_data_json: str
+    signature: str
 
 
 class ApprovalRecord(Wire):
     """A verified decision carried by a release or a history, verifiable offline.
 
     `signed` is the exact canonical JSON the approver signed; verify `signature` over it with
-    `key`, then read request id and proposal digest out of it.
+    `key` (or the `passkey` assertion, whose challenge it is: `signing.verify_record` does
+    either), then read request id and proposal digest out of it.
     """
 
     approver: str
@@ -205,6 +248,9 @@ class ApprovalRecord(Wire):
     issued_at: datetime
     signed: str = ""
     signature: str | None = None
+    passkey: PasskeyProof | None = Field(
+        default=None, description="Set when the decision was signed with a passkey."
+    )
 
 
 class Cancel(Wire):
@@ -291,6 +337,39 @@ class Executed(Wire):
     success: bool
     summary: str = Field(default="", max_length=4000)
     finished_at: datetime
+
+
+class Escalated(Wire):
+    """A step of a request's escalation ladder was taken (headgate.escalated.<workspace>)."""
+
+    request_id: Token
+    proposal_id: Identifier
+    agent: Token
+    workspace: Token
+    step: Annotated[int, Field(ge=0)] = Field(description="0-based index in the ladder.")
+    action: Literal["remind", "notify", "raise", "expire"]
+    message: str
+    roles: list[str] = Field(default_factory=list, description="Roles to notify (notify).")
+    channels: list[str] = Field(default_factory=list, description="Channels to notify.")
+    requirement: ApprovalRequirement | None = Field(
+        default=None, description="The raised requirement (raise)."
+    )
+    at: datetime
+
+
+class Notified(Wire):
+    """The record of one notification to one channel (headgate.notified.<workspace>)."""
+
+    delivery: str = Field(description="Stable id of the notice: <request id>:<event>[:<step>].")
+    channel: str
+    kind: str = Field(description="held, an outcome, or escalated.")
+    request_id: Token
+    proposal_id: Identifier
+    workspace: Token
+    delivered: bool
+    attempts: int
+    error: str = ""
+    at: datetime
 
 
 class DeadLetter(Wire):
@@ -392,6 +471,78 @@ class ApiError(Wire):
     error: str
 
 
+# --------------------------------------------------------------------------- web inbox API
+
+
+class WebInvite(Wire):
+    """Ask for a one-time link that registers a passkey for `approver` (headgate.api.web.invite).
+
+    Signed like a decision (nkeys, over the canonical JSON of every other field) by an approver
+    with the `admin` role or by the invited approver's own key: a passkey becomes a way to sign
+    as that person, so not anyone who can reach the API may hand one out.
+    """
+
+    approver: Token
+    ttl_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] = 1800
+    nonce: Annotated[str, Field(min_length=8, max_length=100)]
+    issued_at: datetime
+    key: str | None = None
+    signature: str | None = None
+
+    def signing_payload(self) -> bytes:
+        """What the inviting approver signs: the canonical JSON of every other field."""
+        return signed_text(self.model_dump(mode="json")).encode()
+
+
+class WebInviteReply(Wire):
+    approver: str
+    token: str
+    url: str | None = Field(
+        default=None, description="The link, when the service serves the inbox."
+    )
+    expires_at: datetime
+
+
+class InvitationQuery(Wire):
+    token: Annotated[str, Field(min_length=16, max_length=200)]
+
+
+class InvitationReply(Wire):
+    approver: str
+    expires_at: datetime
+    credential_ids: list[str] = Field(
+        default_factory=list, description="The approver's passkeys already registered."
+    )
+
+
+class PasskeyRegistration(Wire):
+    """Store a verified passkey for the invitation's approver and use up the invitation."""
+
+    token: Annotated[str, Field(min_length=16, max_length=200)]
+    credential_id: Annotated[str, Field(min_length=16, max_length=1400)]
+    public_key: Annotated[str, Field(min_length=16, max_length=4000)]
+    sign_count: Annotated[int, Field(ge=0)] = 0
+    rp_id: Annotated[str, Field(min_length=1, max_length=253)]
+    label: Annotated[str, Field(max_length=200)] = ""
+
+
+class PasskeyQuery(Wire):
+    credential_id: Annotated[str, Field(min_length=16, max_length=1400)]
+
+
+class PasskeyInfo(Wire):
+    """A registered passkey (public data only) and what its approver may do."""
+
+    approver: str
+    credential_id: str
+    public_key: str
+    rp_id: str
+    sign_count: int
+    roles: list[str] = Field(default_factory=list)
+    workspaces: list[str] = Field(default_factory=list)
+    credential_ids: list[str] = Field(default_factory=list)
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -432,6 +583,8 @@ WIRE_MODELS: dict[str, type[BaseModel]] = {
     "blocked": Blocked,
     "executed": Executed,
     "dead_letter": DeadLetter,
+    "escalated": Escalated,
+    "notified": Notified,
     "api_pending_query": PendingQuery,
     "api_pending_reply": PendingReply,
     "api_get_query": GetQuery,
@@ -439,4 +592,11 @@ WIRE_MODELS: dict[str, type[BaseModel]] = {
     "api_offered_query": OfferedQuery,
     "api_offered_reply": OfferedReply,
     "api_error": ApiError,
+    "api_web_invite": WebInvite,
+    "api_web_invite_reply": WebInviteReply,
+    "api_web_invitation_query": InvitationQuery,
+    "api_web_invitation_reply": InvitationReply,
+    "api_web_register": PasskeyRegistration,
+    "api_web_passkey_query": PasskeyQuery,
+    "api_web_passkey_reply": PasskeyInfo,
 }

@@ -27,6 +27,16 @@ CHANNELS: dict[str, tuple[str, str, str]] = {
     "api_pending": ("headgate.api.pending", "api_pending_query", "request/reply"),
     "api_get": ("headgate.api.get", "api_get_query", "request/reply"),
     "api_offered": ("headgate.api.offered", "api_offered_query", "request/reply"),
+    "escalated": ("headgate.escalated.{workspace}", "escalated", "notifiers consume (durable)"),
+    "notified": ("headgate.notified.{workspace}", "notified", "operators inspect"),
+    "api_web_invite": ("headgate.api.web.invite", "api_web_invite", "request/reply"),
+    "api_web_invitation": (
+        "headgate.api.web.invitation",
+        "api_web_invitation_query",
+        "request/reply",
+    ),
+    "api_web_register": ("headgate.api.web.register", "api_web_register", "request/reply"),
+    "api_web_passkey": ("headgate.api.web.passkey", "api_web_passkey_query", "request/reply"),
 }
 
 

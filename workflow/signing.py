@@ -18,7 +18,7 @@ import nacl.signing
 import nkeys
 
 from workflow.errors import ConfigError
-from workflow.messages import ApprovalDecision, ApprovalRecord, canonical_json
+from workflow.messages import ApprovalDecision, ApprovalRecord, signed_text
 
 
 class ApproverKey:
@@ -106,12 +106,21 @@ def verify_raw(raw: dict[str, Any]) -> bool:
     key, signature = raw.get("key"), raw.get("signature")
     if not isinstance(key, str) or not isinstance(signature, str):
         return False
-    body = {k: v for k, v in raw.items() if k != "signature"}
-    return verify(key, canonical_json(body).encode(), signature)
+    if raw.get("passkey") is not None:
+        return False  # one signature per decision: an nkey's or a passkey's, not both
+    return verify(key, signed_text(raw).encode(), signature)
 
 
 def verify_record(record: ApprovalRecord) -> bool:
-    """Verify an approval carried by a release, offline."""
+    """Verify an approval carried by a release, offline: the nkey signature, or the passkey
+    assertion, over exactly the canonical decision in `record.signed`."""
+    if record.passkey is not None:
+        if record.signature:
+            return False  # one signature per decision
+        # Imported here: agents and hooks import this module and never see a passkey.
+        from workflow.passkeys import verify_proof
+
+        return verify_proof(record)
     if not record.key or not record.signature or not record.signed:
         return False
     return verify(record.key, record.signed.encode(), record.signature)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 _PREFIX = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 
 API_NAMES = ("pending", "get", "explain", "cancel", "offered")
+#: The web inbox's queries (`<prefix>.api.web.<name>`).
+WEB_API_NAMES = ("invite", "invitation", "register", "passkey")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,12 @@ class Subjects:
     def executed(self, agent: str = "*") -> str:
         return f"{self.prefix}.executed.{agent}"
 
+    def escalated(self, workspace: str = "*") -> str:
+        return f"{self.prefix}.escalated.{workspace}"
+
+    def notified(self, workspace: str = "*") -> str:
+        return f"{self.prefix}.notified.{workspace}"
+
     def dead(self, stage: str = "*") -> str:
         return f"{self.prefix}.dead.{stage}"
 
@@ -60,6 +68,11 @@ class Subjects:
         if name not in API_NAMES:
             raise ValueError(f"unknown API subject {name!r}")
         return f"{self.prefix}.api.{name}"
+
+    def api_web(self, name: str) -> str:
+        if name not in WEB_API_NAMES:
+            raise ValueError(f"unknown web API subject {name!r}")
+        return f"{self.prefix}.api.web.{name}"
 
     def api_status(self, agent: str = "*") -> str:
         """An agent's own view of its proposals: the service answers only about proposals

@@ -79,6 +79,10 @@ def test_ordinary_text_is_left_alone(text: str) -> None:
     assert mask_text(text) == text
 
 
+def test_a_masked_value_in_quoted_code_keeps_the_closing_backtick() -> None:
+    assert mask_text("`API_KEY=abcd1234xyz` sets a variable") == f"`API_KEY={MASK}` sets a variable"
+
+
 def test_mask_secrets_walks_nested_arguments_by_key_and_by_value() -> None:
     args = {"url": "https://x", "headers": {"Authorization": "Basic dXNlcjpwYXNz"},
             "env": [{"name": "A", "value": JWT}], "password": "pw", "empty_token": "",

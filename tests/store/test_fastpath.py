@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, create_engine, text
 from sqlmodel import SQLModel
@@ -36,6 +36,8 @@ def _outbox_row(msg_id: str, at: datetime, published: bool = False) -> OutboxRec
     return OutboxRecord(msg_id, "hg.released.agent-1", '{"x": "é"}', None, "p1", published, at)
 
 
+# No deadline: each example opens a database, which takes longer on a busy machine.
+@settings(deadline=None)
 @given(
     st.datetimes(
         min_value=datetime(1970, 1, 2),

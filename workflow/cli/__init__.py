@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from workflow.cli import bench, calls, inbox, offline, policy_cmds
+from workflow.cli import bench, calls, inbox, offline, policy_cmds, web
 from workflow.cli.common import err_console
 from workflow.cli.serve import serve
 from workflow.errors import HeadgateError
@@ -60,6 +60,7 @@ app.add_typer(policy_cmds.policy_app, name="policy")
 app.add_typer(policy_cmds.tools_app, name="tools")
 app.add_typer(offline.keys_app, name="keys")
 app.add_typer(offline.audit_app, name="audit")
+app.add_typer(web.web_app, name="web")
 
 
 def main() -> None:

@@ -125,6 +125,52 @@ def serve(
         bool,
         typer.Option("--intake-worker", hidden=True, help="Run as an extra intake process."),
     ] = False,
+    web_port: Annotated[
+        int | None,
+        typer.Option(
+            "--web-port",
+            envvar="HEADGATE_WEB_PORT",
+            min=0,
+            max=65535,
+            help="Serve the web inbox on this port (0 = any free port). Off by default.",
+        ),
+    ] = None,
+    web_host: Annotated[
+        str,
+        typer.Option(
+            "--web-host",
+            envvar="HEADGATE_WEB_HOST",
+            help="Address the web inbox listens on. Keep 127.0.0.1 behind a reverse proxy.",
+        ),
+    ] = "127.0.0.1",
+    web_url: Annotated[
+        str | None,
+        typer.Option(
+            "--web-url",
+            envvar="HEADGATE_WEB_URL",
+            help="The inbox's address as browsers reach it, e.g. https://headgate.example.com "
+            "behind a reverse proxy. Default: http://localhost:PORT (https with --web-cert). "
+            "Passkeys are bound to its host name.",
+        ),
+    ] = None,
+    web_cert: Annotated[
+        Path | None,
+        typer.Option("--web-cert", envvar="HEADGATE_WEB_CERT", help="TLS certificate (PEM)."),
+    ] = None,
+    web_key: Annotated[
+        Path | None,
+        typer.Option("--web-key", envvar="HEADGATE_WEB_KEY", help="TLS private key (PEM)."),
+    ] = None,
+    notify: Annotated[
+        str | None,
+        typer.Option(
+            "--notify",
+            envvar="HEADGATE_NOTIFY_URL",
+            help="Send every held request and its outcome here: an http(s) webhook (JSON, "
+            "HMAC-signed with $HEADGATE_NOTIFY_SECRET or the data dir's notify.key) or an "
+            "apprise URL (slack://…, ntfy://…, mailto://…).",
+        ),
+    ] = None,
     log_format: Annotated[LogFormat, typer.Option("--log-format")] = LogFormat.console,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
 ) -> None:
@@ -158,6 +204,12 @@ def serve(
         intake_processes=intake_processes,
         intake_worker=intake_worker,
         log_options=("--log-format", log_format.value, "--log-level", log_level),
+        web_port=web_port,
+        web_host=web_host,
+        web_url=web_url,
+        web_cert=web_cert,
+        web_key=web_key,
+        notify_url=notify,
     )
 
     async def main() -> None:

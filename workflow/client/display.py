@@ -51,7 +51,7 @@ _VALUE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (
         re.compile(
             r"(?i)((?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|auth)"
-            r"[\"']?\s*(?:=|:|\s)\s*[\"']?)(?!••••)[^\s\"'&;,]{4,}"
+            r"[\"']?\s*(?:=|:|\s)\s*[\"']?)(?!••••)[^\s\"'`&;,]{4,}"
         ),
         rf"\1{MASK}",
     ),

@@ -12,10 +12,11 @@ from enum import Enum
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from workflow.classify.tables import ClassifierTables
 from workflow.classify.taxonomy import RiskClass, Severity
+from workflow.escalation import EscalationSpec
 from workflow.messages import (
     ApprovalRequirement,
     Decision,
@@ -24,6 +25,7 @@ from workflow.messages import (
     definition_hash,
     sha256_hex,
 )
+from workflow.notify.config import NotifyConfig
 from workflow.policy.durations import Duration
 from workflow.policy.requirement import ApprovalSpec
 from workflow.policy.schema import (
@@ -41,6 +43,21 @@ from workflow.policy.schema import (
 )
 
 
+class GlobalApproval(ApprovalSpec):
+    """`[approval]`: the requirement for every held call, and the ladder it climbs while it
+    waits (`[approval.escalation]`)."""
+
+    escalation: EscalationSpec = Field(default_factory=EscalationSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_spec(cls, data: Any) -> Any:
+        """A plain `ApprovalSpec` (built in code) is accepted as it is, without a ladder."""
+        if isinstance(data, ApprovalSpec) and not isinstance(data, GlobalApproval):
+            return data.model_dump()
+        return data
+
+
 class Policy(Strict):
     """The whole policy file. Frozen; `revision` is a stable hash of its effective content."""
 
@@ -53,7 +70,7 @@ class Policy(Strict):
         default=Severity.LOW,
         description="An allow holds only for calls up to this severity; above it, approval.",
     )
-    approval: ApprovalSpec = Field(default_factory=ApprovalSpec)
+    approval: GlobalApproval = Field(default_factory=GlobalApproval)
     classes: dict[RiskClass, Rule] = Field(default_factory=dict, validate_default=True)
     tools: dict[ToolName, ToolEntry] = Field(default_factory=dict)
     workspaces: dict[Token, Layer] = Field(default_factory=dict)
@@ -61,6 +78,20 @@ class Policy(Strict):
     approvers: dict[Token, Approver] = Field(default_factory=dict)
     lock: dict[ToolName, LockEntry] = Field(default_factory=dict)
     classifier: ClassifierTables = Field(default_factory=ClassifierTables)
+    notify: NotifyConfig = Field(
+        default_factory=NotifyConfig, description="Notification channels and routes."
+    )
+
+    @model_validator(mode="after")
+    def _escalation_names_channels(self) -> Policy:
+        for i, step in enumerate(self.approval.escalation.steps):
+            unknown = [c for c in step.channels if c not in self.notify.channels]
+            if unknown:
+                raise ValueError(
+                    f"approval.escalation.steps[{i}] names the channel {unknown[0]!r}, which "
+                    f"is not one of notify.channels ({', '.join(sorted(self.notify.channels))})"
+                )
+        return self
 
     @field_validator("classes")
     @classmethod

@@ -10,15 +10,19 @@ confirm them all and acks each decision whose events are stored.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from workflow.approvals import (
+    ApproverDirectory,
+    ApproverProfile,
     DecisionCheck,
     HeldRequest,
     Reopen,
@@ -36,13 +40,16 @@ from workflow.messages import (
     Classification,
     Proposal,
     Verdict,
-    canonical_json,
+    signed_text,
 )
 from workflow.outcomes import Outcome, RequestState
+from workflow.passkeys import Passkey, proof, verify_decision_at
 from workflow.policy.engine import recheck
+from workflow.policy.model import Policy
 from workflow.routing import SERVICE_ACTOR, closing_effects, reopened_audit
 from workflow.service.context import ServiceContext
 from workflow.service.publishing import Sent, send_events
+from workflow.service.pull import attempts
 from workflow.service.stage import settle_failure
 from workflow.service.tracing import span_headers
 from workflow.signing import verify_raw
@@ -58,6 +65,30 @@ class Permanent(Exception):
 
 
 Apply = Callable[[Msg], Awaitable[list[OutboxEvent]]]
+
+
+def _stored_signature(decision: ApprovalDecision) -> str | None:
+    """What the decisions table keeps of a decision's signature: the nkeys signature, or a
+    digest of a passkey's (an RSA assertion is longer than the column)."""
+    if decision.passkey is not None:
+        digest = hashlib.sha256(decision.passkey.signature.encode()).hexdigest()
+        return f"passkey:{digest}"
+    return decision.signature
+
+
+class PasskeyApprovers:
+    """The policy's approvers, found by nkey or by one of their passkeys (`passkey:<id>`)."""
+
+    def __init__(self, policy: Policy, owners: dict[str, str]):
+        self.policy = policy
+        self.owners = owners
+
+    def approver_by_key(self, key: str) -> tuple[str, ApproverProfile] | None:
+        if key.startswith("passkey:"):
+            name = self.owners.get(key.removeprefix("passkey:"))
+            profile = self.policy.approvers.get(name) if name else None
+            return (name, profile) if name and profile is not None else None
+        return self.policy.approver_by_key(key)
 
 
 class Collector:
@@ -155,15 +186,21 @@ class Collector:
             return []
         held, version = loaded
         seen, signature = await ctx.store.requests.nonce_signature(decision.nonce)
-        if seen and signature == decision.signature and decision.signature is not None:
-            # This very decision was applied before (a redelivery): re-publish what it caused.
+        stored_signature = _stored_signature(decision)
+        if seen and signature == stored_signature is not None and attempts(msg) > 1:
+            # This very message was applied before (a redelivery after a crash): re-publish
+            # what it caused. The same decision arriving as a new message is a replay.
             return await ctx.store.outbox.events_for([held.proposal_id])
-        check = DecisionCheck(
-            signature_valid=verify_raw(raw),
-            approver=ctx.policy.approver_by_key(decision.key) if decision.key else None,
-            nonce_seen=seen,
-            signed_text=canonical_json({k: v for k, v in raw.items() if k != "signature"}),
-        )
+        used: tuple[str, int] | None = None
+        if decision.passkey is not None:
+            check, used = await self._passkey_check(raw, decision, seen)
+        else:
+            check = DecisionCheck(
+                signature_valid=verify_raw(raw),
+                approver=ctx.policy.approver_by_key(decision.key) if decision.key else None,
+                nonce_seen=seen,
+                signed_text=signed_text(raw),
+            )
         step = apply_decision(held, decision, check, now=now)
         write = StepWrite(
             request_id=held.request_id,
@@ -175,8 +212,8 @@ class Collector:
                 nonce=decision.nonce,
                 request_id=decision.request_id,
                 approver=check.approver[0] if check.approver else decision.approver,
-                key=decision.key,
-                signature=decision.signature,
+                key=(decision.key or check.key or "")[:64] or None,
+                signature=stored_signature,
                 verdict=decision.verdict,
                 accepted=step.accepted,
                 refusal=step.refusal,
@@ -193,7 +230,7 @@ class Collector:
                 data={
                     "verdict": decision.verdict,
                     "nonce": decision.nonce,
-                    "key": decision.key,
+                    "key": decision.key or check.key,
                     "refusal": step.refusal,
                     "message": step.message,
                     "decision": raw,
@@ -208,8 +245,15 @@ class Collector:
             # The nonce was recorded by someone else in between: this copy is a replay.
             await self._refuse_unapplied(decision, f"The nonce {decision.nonce} was already used.")
             return []
+        if used is not None:
+            # After the commit: a crash in between leaves the counter behind, which the next
+            # assertion (counting higher) repairs, while the nonce already refuses this one.
+            await ctx.store.passkeys.used(*used, now)
         if step.accepted:
             ctx.metrics.decisions.labels(decision.verdict).inc()
+            held_at = held.expires_at - timedelta(seconds=held.requirement.ttl_seconds)
+            channel = "passkey" if decision.passkey is not None else "key"
+            ctx.metrics.time_to_decision.labels(channel).observe((now - held_at).total_seconds())
         else:
             ctx.metrics.refused.labels(step.refusal or "unknown").inc()
         log.info(
@@ -227,6 +271,51 @@ class Collector:
         self._count_outcome(held, write, now)
         return write.events
 
+    async def _passkey_check(
+        self, raw: dict[str, Any], decision: ApprovalDecision, seen: bool
+    ) -> tuple[DecisionCheck, tuple[str, int] | None]:
+        """Verify a passkey-signed decision against the credential registered for it."""
+        assert decision.passkey is not None
+        cid = decision.passkey.credential_id
+        stored = await self.ctx.store.passkeys.get(cid)
+        text = signed_text(raw)
+        if stored is None:
+            unknown = f"The passkey {cid[:16]}… is not registered with Headgate."
+            return DecisionCheck(False, None, seen, text, problem=unknown), None
+        passkey = Passkey(
+            stored.credential_id, stored.approver, stored.public_key, stored.rp_id,
+            stored.sign_count,
+        )  # fmt: skip
+        result = verify_decision_at(raw, passkey)
+        profile = self.ctx.policy.approvers.get(stored.approver)
+        problem: str | None = None if result.valid else result.message
+        if result.valid and profile is None:
+            problem = (
+                f"The passkey belongs to {stored.approver}, who is no longer an approver in "
+                "the policy."
+            )
+        check = DecisionCheck(
+            signature_valid=result.valid,
+            approver=(stored.approver, profile) if profile is not None else None,
+            nonce_seen=seen,
+            signed_text=text,
+            key=f"passkey:{stored.credential_id}",
+            proof=proof(decision.passkey, passkey) if result.valid else None,
+            problem=problem,
+            replay=result.replay,
+        )
+        return check, ((cid, result.sign_count) if result.valid else None)
+
+    async def _directory(self, held: HeldRequest) -> ApproverDirectory:
+        """The policy's approvers, who also answer for the passkeys of the approvals held."""
+        cids = [
+            a.key.removeprefix("passkey:")
+            for a in held.approvals
+            if a.key and a.key.startswith("passkey:")
+        ]
+        owners = await self.ctx.store.passkeys.owners(cids) if cids else {}
+        return PasskeyApprovers(self.ctx.policy, owners)
+
     async def _close(self, held: HeldRequest, step: Step, write: StepWrite) -> None:
         """Add what a closing step comes to (`approvals.settle`) to the write: the terminal
         outcome, or the request kept open under a requirement the current policy raised."""
@@ -237,7 +326,7 @@ class Collector:
             policy = ctx.policy
             tables = policy.tables_for(proposal.tool, proposal.tool_definition)
             checked = recheck(proposal, classify(proposal, tables), verdict, policy)
-        settled = settle(step, checked, ctx.policy)
+        settled = settle(step, checked, await self._directory(step.request))
         if isinstance(settled, Reopen):
             write.new_state = RequestState.PENDING
             write.requirement = settled.requirement.model_dump_json()

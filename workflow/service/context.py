@@ -31,6 +31,8 @@ class ServiceContext:
     policy: Policy
     retry: RetryPolicy = DEFAULT_RETRY
     metrics: Metrics = field(default_factory=Metrics)
+    #: Where approvers' browsers reach the web inbox, when this service serves it.
+    web_url: str | None = None
     #: Marks the outbox rows of confirmed events published, for every stage, off their path.
     marker: PublishedMarker = field(init=False)
 

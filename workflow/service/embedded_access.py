@@ -8,7 +8,8 @@ with one nkey user per role:
 - service: everything under the prefix, the JetStream API, acks and replies;
 - agent: proposals, cancels, execution reports and status queries, consumers on the results
   stream; it reads its replies (`_INBOX.agent.>`) and the held/released/blocked subjects;
-- approver: decisions, `api.pending/get/explain/offered`, its consumer on the inbox stream;
+- approver: decisions, `api.pending/get/explain/offered`, `api.web.invite` (a signed request
+  for a passkey link), its consumer on the inbox stream;
   it reads its replies (`_INBOX.approver.>`).
 
 A client without credentials is refused. The seeds are written once (mode 0600, in a 0700
@@ -71,6 +72,7 @@ def permissions(role: Role, subjects: Subjects) -> Permissions:
         publish=(
             subjects.decisions("*"),
             *(subjects.api(name) for name in ("pending", "get", "explain", "offered")),
+            subjects.api_web("invite"),
             "$JS.API.INFO",
             f"$JS.API.CONSUMER.CREATE.{inbox}.>", f"$JS.API.CONSUMER.INFO.{inbox}.>",
             f"$JS.API.CONSUMER.MSG.NEXT.{inbox}.>", f"$JS.ACK.{inbox}.>",

@@ -27,6 +27,7 @@ from workflow.service.embedded import EmbeddedNats
 from workflow.service.embedded_access import prepare_access
 from workflow.service.intake import Intake
 from workflow.service.metrics import HealthServer
+from workflow.service.outreach import Outreach
 from workflow.service.settings import Settings, load_settings_policy
 from workflow.service.stage import PullStage, RetryPolicy
 from workflow.service.streams import ensure_streams, service_consumers
@@ -117,6 +118,7 @@ class Service:
         self.workers: IntakeWorkers | None = None
         self._reload: asyncio.Future[bool] | None = None
         self._access_seed: Path | None = None
+        self.outreach: Outreach | None = None
 
     def _lock_data_dir(self) -> None:
         self._lock_fd = datadir.lock(self.settings.data_dir)
@@ -195,6 +197,9 @@ class Service:
                 PullStage(nc, js, consumers["collector"], Collector(ctx), batch=64, metrics=m),
                 PullStage(nc, js, consumers["auditor"], Auditor(ctx), batch=64, metrics=m),
             ]
+        if not s.intake_worker:
+            # Before the stages run: the notifier must not miss the first held request.
+            await self._start_outreach(ctx)
         for stage in self.stages:
             self.tasks.append(asyncio.create_task(stage.run(self.stopping)))
         if not s.intake_worker:
@@ -230,6 +235,18 @@ class Service:
             s.policy_path or "default",
             policy.revision,
         )
+
+    async def _start_outreach(self, ctx: ServiceContext) -> None:
+        """The web inbox, the notifier and the escalator; on failure nothing is left open."""
+        self.outreach = Outreach(ctx, self.settings)
+        try:
+            await self.outreach.start()
+        except BaseException:
+            await self.outreach.stop()
+            await ctx.nc.close()
+            await ctx.store.close()
+            self._stop_embedded()
+            raise
 
     def _start_embedded(self) -> str:
         """Start the embedded nats-server with its accounts, on the port it had last time
@@ -336,6 +353,11 @@ class Service:
             ctx.now(),
         )
         log.info("policy reloaded (%s): revision %s -> %s", reason, old, policy.revision)
+        if self.outreach is not None:
+            try:
+                await self.outreach.reload()
+            except HeadgateError as exc:
+                log.error("notifications keep the channels they had: %s", exc)
         return True
 
     async def _watch_policy(self) -> None:
@@ -370,6 +392,8 @@ class Service:
             await self.workers.stop()
         if self.health is not None:
             await self.health.stop()
+        if self.outreach is not None:
+            await self.outreach.stop()
         for sub in self.api_subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()

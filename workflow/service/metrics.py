@@ -71,6 +71,18 @@ class Metrics:
             buckets=_APPROVAL,
             registry=r,
         )
+        self.time_to_decision = Histogram(
+            "headgate_time_to_decision_seconds",
+            "From hold to an accepted decision, by the channel it came through "
+            "(passkey: the web inbox; key: an nkeys-signed decision from the CLI or an SDK).",
+            ["channel"],
+            buckets=_APPROVAL,
+            registry=r,
+        )
+        self.escalations = Counter(
+            "headgate_escalation_steps", "Escalation steps taken, by action.", ["action"],
+            registry=r,
+        )  # fmt: skip
         self.outcomes = Counter(
             "headgate_outcomes", "Terminal outcomes, by outcome.", ["outcome"], registry=r
         )

@@ -48,6 +48,15 @@ class Settings:
     intake_worker: bool = False
     #: Logging options handed on to the intake workers' command lines.
     log_options: tuple[str, ...] = ()
+    #: The web inbox: served on this port when set (0 = any free port).
+    web_port: int | None = None
+    web_host: str = "127.0.0.1"
+    #: Where browsers reach the inbox (a reverse proxy's URL); default http(s)://localhost:PORT.
+    web_url: str | None = None
+    web_cert: Path | None = None
+    web_key: Path | None = None
+    #: One more notification channel that gets every event (`serve --notify URL`).
+    notify_url: str | None = None
 
     @property
     def db_url(self) -> str:

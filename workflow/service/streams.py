@@ -9,6 +9,9 @@
 | INBOX     | inbox.>                       | limits 7 d | each approver has a durable    |
 | RESULTS   | held.>, released.>, blocked.> | limits 7 d | agents read releases later     |
 | DEAD      | dead.>                        | limits 30d | kept for an operator           |
+| ESCALATED | escalated.>                   | limits 30d | the notifier tells the channels|
+| NOTIFIED  | notified.>                    | limits 30d | every notification delivered   |
+|           |                               |            | or failed, per channel         |
 
 Duplicate window 10 minutes everywhere: longer than the longest redelivery backoff, so a stage
 that re-publishes after a crash is always deduplicated by `Nats-Msg-Id`.
@@ -101,6 +104,16 @@ def stream_configs(
             max_age=7 * DAY,
         ),
         cfg("dead", [subjects.dead(">")], retention=RetentionPolicy.LIMITS, max_age=30 * DAY),
+        # What the notifier reads besides the inbox and results, and what it records.
+        cfg(
+            "escalated",
+            [subjects.escalated(">")],
+            retention=RetentionPolicy.LIMITS,
+            max_age=30 * DAY,
+        ),
+        cfg(
+            "notified", [subjects.notified(">")], retention=RetentionPolicy.LIMITS, max_age=30 * DAY
+        ),
     ]
 
 

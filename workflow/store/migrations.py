@@ -63,7 +63,18 @@ def _v3(conn: Connection) -> None:
     conn.execute(text("DROP TABLE outcomes_before_v3"))
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3]
+def _v4(conn: Connection) -> None:
+    # The web inbox: approvers' passkeys and the one-time links that register them; how far
+    # each request climbed its escalation ladder.
+    tables = [schema.PasskeyRow, schema.InviteRow, schema.EscalationRow]
+    SQLModel.metadata.create_all(
+        conn,
+        tables=[t.__table__ for t in tables],  # type: ignore[attr-defined]
+        checkfirst=True,
+    )
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4]
 
 
 async def migrate(engine: AsyncEngine) -> int:

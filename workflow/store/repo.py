@@ -7,14 +7,18 @@
 | `outbox` | `store.outbox` | events awaiting publication |
 | `audit` | `store.audit` | the hash-chained audit log |
 | `executions` | `store.executions` | agents' execution reports |
+| `passkeys` | `store.passkeys` | approvers' passkeys and the invitations that register them |
+| `escalations` | `store.escalations` | how far each request climbed its escalation ladder |
 """
 
 from __future__ import annotations
 
 from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
+from workflow.store.escalations import Escalations
 from workflow.store.executions import Executions
 from workflow.store.outbox import Outbox
+from workflow.store.passkeys import Passkeys
 from workflow.store.proposals import Proposals
 from workflow.store.requests import Requests
 
@@ -27,6 +31,8 @@ class Store:
         self.proposals = Proposals(db, self.audit)
         self.requests = Requests(db, self.outbox, self.audit)
         self.executions = Executions(db, self.audit)
+        self.passkeys = Passkeys(db, self.audit)
+        self.escalations = Escalations(db, self.requests)
 
     @classmethod
     async def open(cls, url: str) -> Store:

@@ -83,6 +83,22 @@ class Requests:
         async with self.db.engine.connect() as conn:
             return (await conn.execute(select(DECISIONS).where(DECISIONS.c.nonce == nonce))).first()
 
+    async def waiting(self, now: datetime, limit: int = 1000) -> list[tuple[HeldRequest, int]]:
+        """Pending requests not yet expired, oldest first (what escalation ladders climb)."""
+        query = (
+            select(REQUESTS)
+            .where(REQUESTS.c.state == RequestState.PENDING, REQUESTS.c.expires_at > now)
+            .order_by(REQUESTS.c.created_at)
+            .limit(limit)
+        )
+
+        def body(conn: Connection) -> list[tuple[HeldRequest, int]]:
+            rows = conn.execute(query).all()
+            approvals = _approvals(conn, [r.request_id for r in rows]) if rows else {}
+            return [(_held(r, approvals.get(r.request_id, ())), int(r.version)) for r in rows]
+
+        return await self.db.read(body)
+
     async def due(self, now: datetime, limit: int = 200) -> list[tuple[HeldRequest, int]]:
         """Pending requests whose expiry has passed, oldest expiry first."""
         query = (
@@ -104,9 +120,10 @@ class Requests:
 
         Raises ConcurrentUpdate when another writer moved the request first.
         """
-        return await self.db.transact(lambda conn: self._commit_step(conn, write, now))
+        return await self.db.transact(lambda conn: self.commit_step_in(conn, write, now))
 
-    def _commit_step(self, conn: Connection, write: StepWrite, now: datetime) -> bool:
+    def commit_step_in(self, conn: Connection, write: StepWrite, now: datetime) -> bool:
+        """`commit_step` inside the caller's transaction."""
         if write.decision is not None:
             got = conn.execute(self._insert_decision, write.decision._asdict())
             if got.first() is None:

@@ -172,6 +172,46 @@ class AuditHeadRow(SQLModel, table=True):
     hash: str = Field(default="0" * 64, max_length=64)
 
 
+class PasskeyRow(SQLModel, table=True):
+    """An approver's passkey (WebAuthn credential): only its public key is ever stored."""
+
+    __tablename__ = "passkeys"
+
+    credential_id: str = Field(primary_key=True, max_length=1400)
+    approver: str = Field(index=True, max_length=200)
+    public_key: str
+    rp_id: str = Field(max_length=253)
+    sign_count: int = 0
+    label: str = Field(default="", max_length=200)
+    created_at: datetime = _ts()
+    last_used_at: datetime | None = _ts(nullable=True)
+
+
+class InviteRow(SQLModel, table=True):
+    """A one-time link to register a passkey; the token itself is not stored, its hash is."""
+
+    __tablename__ = "web_invites"
+
+    token_hash: str = Field(primary_key=True, max_length=64)
+    nonce: str = Field(unique=True, max_length=100, description="Of the signed request.")
+    approver: str = Field(max_length=200)
+    created_by: str = Field(max_length=200)
+    created_at: datetime = _ts()
+    expires_at: datetime = _ts()
+    used_at: datetime | None = _ts(nullable=True)
+    credential_id: str | None = Field(default=None, max_length=1400)
+
+
+class EscalationRow(SQLModel, table=True):
+    """How many steps of the escalation ladder a request has climbed."""
+
+    __tablename__ = "escalations"
+
+    request_id: str = Field(primary_key=True, max_length=128)
+    taken: int = 0
+    updated_at: datetime = _ts()
+
+
 class SchemaVersionRow(SQLModel, table=True):
     __tablename__ = "schema_version"
 
