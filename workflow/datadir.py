@@ -14,9 +14,12 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from workflow.errors import ConfigError
-from workflow.signing import ApproverKey
+
+if TYPE_CHECKING:
+    from workflow.signing import ApproverKey
 
 DEFAULT = Path(".headgate")
 URL_FILE = "nats.url"
@@ -32,6 +35,8 @@ def sqlite_url(data_dir: Path) -> str:
 
 def local_approver(data_dir: Path) -> tuple[ApproverKey, Path, bool]:
     """The data dir's approver key, created (mode 0600) on first use."""
+    from workflow.signing import ApproverKey
+
     path = data_dir / LOCAL_KEY_FILE
     if path.exists():
         return ApproverKey.from_file(path), path, False

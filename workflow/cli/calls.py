@@ -8,14 +8,10 @@ import json
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from nats.aio.msg import Msg
-from pydantic import ValidationError
 from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from workflow.cli.common import (
     DEFAULT_DATA_DIR,
@@ -32,18 +28,16 @@ from workflow.cli.common import (
     parse_json_option,
     print_json,
 )
-from workflow.client.display import mask_secrets
 from workflow.errors import ConfigError, describe_invalid
-from workflow.messages import (
-    ApprovalDecision,
-    DecisionVerdict,
-    GetQuery,
-    PendingQuery,
-    PendingReply,
-    Proposal,
-    ProposalHistory,
-)
 from workflow.subjects import Subjects
+
+if TYPE_CHECKING:
+    from nats.aio.msg import Msg
+
+    from workflow.messages import DecisionVerdict, Proposal, ProposalHistory
+
+# The wire models (pydantic), the SDK's display helpers and rich's tables are imported by the
+# commands that use them, when they run (see `workflow.cli.common`).
 
 EXIT_BLOCKED = 3
 EXIT_PENDING = 4
@@ -85,6 +79,10 @@ def propose(
     Exit codes with --wait: 0 released, 3 blocked (denied/rejected/expired/cancelled),
     4 still pending when the wait ended.
     """
+    from pydantic import ValidationError
+
+    from workflow.messages import Proposal
+
     arguments = parse_json_option(args, "--args")
     if not isinstance(arguments, dict):
         raise ConfigError('--args must be a JSON object, e.g. \'{"path": "x"}\'')
@@ -113,6 +111,8 @@ async def _propose(
     subjects: Subjects,
     json_out: bool,
 ) -> int:
+    from workflow.messages import GetQuery, ProposalHistory
+
     async with connected(nats_url, data_dir) as nc:
         outcome: asyncio.Future[tuple[str, dict[str, Any]]] = (
             asyncio.get_running_loop().create_future()
@@ -197,6 +197,11 @@ def pending(
     json_out: JsonOut = False,
 ) -> None:
     """List held approval requests, oldest first."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from workflow.client.display import mask_secrets
+    from workflow.messages import PendingQuery, PendingReply
 
     async def run() -> PendingReply:
         async with connected(nats_url, data_dir) as nc:
@@ -255,6 +260,8 @@ def _decide(
     prefix: str,
     json_out: bool,
 ) -> None:
+    from workflow.messages import ApprovalDecision, GetQuery, ProposalHistory
+
     signer = load_key(key, data_dir)
     subjects = Subjects(prefix)
 
@@ -311,6 +318,8 @@ def approve(
     json_out: JsonOut = False,
 ) -> None:
     """Approve a held request, signed with your approver key."""
+    from workflow.messages import DecisionVerdict
+
     _decide(
         ident, DecisionVerdict.APPROVE, reason, key, approver, nats_url, data_dir, prefix, json_out
     )
@@ -329,6 +338,8 @@ def reject(
     """Reject a held request, signed with your approver key."""
     if not reason.strip():
         fail("--reason must say why the call is rejected")
+    from workflow.messages import DecisionVerdict
+
     _decide(
         ident, DecisionVerdict.REJECT, reason, key, approver, nats_url, data_dir, prefix, json_out
     )
@@ -342,6 +353,11 @@ def show(
     json_out: JsonOut = False,
 ) -> None:
     """Print a proposal's whole history: classification, verdict, decisions, outcome."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from workflow.client.display import mask_secrets
+    from workflow.messages import GetQuery, ProposalHistory
 
     async def run() -> ProposalHistory:
         async with connected(nats_url, data_dir) as nc:

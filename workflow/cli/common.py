@@ -8,24 +8,29 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
-import nats
 import typer
-from nats.aio.client import Client as NATS
-from pydantic import BaseModel
 from rich.console import Console
 
-from workflow.client import transport
 from workflow.datadir import LOCAL_KEY_FILE, URL_FILE
 from workflow.errors import ConfigError, ConnectError
-from workflow.signing import ApproverKey
-from workflow.subjects import Subjects
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client as NATS
+    from pydantic import BaseModel
+
+    from workflow.signing import ApproverKey
+    from workflow.subjects import Subjects
+
+# The CLI starts light: `headgate --help` imports typer, rich and the command modules, not NATS,
+# pydantic, the SDKs, the classifier or the service. Each command imports what it uses when it
+# runs (measured with `python -X importtime`; see the README's Development section).
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound="BaseModel")
 
 DataDir = Annotated[
     Path,
@@ -70,6 +75,8 @@ def resolve_url(nats_url: str | None, data_dir: Path) -> str:
 
 @asynccontextmanager
 async def connected(nats_url: str | None, data_dir: Path) -> AsyncIterator[NATS]:
+    import nats
+
     url = resolve_url(nats_url, data_dir)
     try:
         nc = await nats.connect(
@@ -96,10 +103,14 @@ async def api_call(
     nc: NATS, subjects: Subjects, name: str, body: BaseModel, reply: type[M], timeout: float = 5.0
 ) -> M:
     """Ask `<prefix>.api.<name>`; the service's error sentence becomes the CLI's error."""
+    from workflow.client import transport
+
     return await transport.ask(nc, subjects.api(name), body, reply, timeout)
 
 
 def print_json(value: Any) -> None:
+    from pydantic import BaseModel
+
     if isinstance(value, BaseModel):
         sys.stdout.write(value.model_dump_json(indent=2) + "\n")
     else:
@@ -114,6 +125,8 @@ def parse_json_option(text: str, option: str) -> Any:
 
 
 def load_key(key: Path | None, data_dir: Path) -> ApproverKey:
+    from workflow.signing import ApproverKey
+
     if key is not None:
         return ApproverKey.from_file(key)
     env = os.environ.get("HEADGATE_APPROVER_KEY")

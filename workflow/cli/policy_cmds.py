@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.markup import escape
 
-from workflow.classify.engine import classify
 from workflow.cli.common import (
     DEFAULT_DATA_DIR,
     DataDir,
@@ -24,28 +22,14 @@ from workflow.cli.common import (
     print_json,
 )
 from workflow.errors import ConfigError, describe_invalid
-from workflow.messages import (
-    Classification,
-    GetQuery,
-    OfferedQuery,
-    OfferedReply,
-    Proposal,
-    ProposalHistory,
-    Verdict,
-)
-from workflow.policy.catalog import (
-    CatalogTool,
-    load_catalog_text,
-    offered_tools,
-    parse_catalog,
-    pin_tools,
-    review_catalog,
-)
-from workflow.policy.engine import evaluate
-from workflow.policy.explain import explain_data, explain_lines
-from workflow.policy.load import load_policy
-from workflow.policy.model import Policy, default_policy
 from workflow.subjects import Subjects
+
+if TYPE_CHECKING:
+    from workflow.messages import Classification, Proposal, Verdict
+    from workflow.policy.catalog import CatalogTool
+
+# The classifier and the policy engine are imported by the commands that run them, not when
+# the CLI starts (see `workflow.cli`).
 
 policy_app = typer.Typer(help="Check a policy file.", no_args_is_help=True)
 tools_app = typer.Typer(
@@ -59,6 +43,8 @@ ToolsOpt = Annotated[
 
 
 def _catalog(path: Path) -> list[CatalogTool]:
+    from workflow.policy.catalog import load_catalog_text
+
     try:
         text = path.read_text()
     except OSError as exc:
@@ -76,6 +62,9 @@ def policy_check(
 ) -> None:
     """Validate a policy file; with --tools, list every tool that is not a pure read and has
     no explicit entry (exit 1 when there is one)."""
+    from workflow.policy.catalog import review_catalog
+    from workflow.policy.load import load_policy
+
     policy = load_policy(file)
     if tools is None:
         if json_out:
@@ -126,6 +115,10 @@ def explain(
     json_out: JsonOut = False,
 ) -> None:
     """Print the policy trail that decided a proposal: each step that applied, and why."""
+    from pydantic import ValidationError
+
+    from workflow.messages import GetQuery, Proposal, ProposalHistory
+
     if (ident is None) == (proposal is None):
         raise ConfigError("give either a proposal/request ID or --proposal FILE")
     if proposal is not None:
@@ -138,7 +131,12 @@ def explain(
             raise ConfigError(f"{proposal} is not JSON: {exc.msg}") from exc
         except ValidationError as exc:
             raise ConfigError(f"{proposal}: invalid proposal: {describe_invalid(exc)}") from exc
-        pol: Policy = load_policy(policy) if policy else default_policy()
+        from workflow.classify.engine import classify
+        from workflow.policy.engine import evaluate
+        from workflow.policy.load import load_policy
+        from workflow.policy.model import default_policy
+
+        pol = load_policy(policy) if policy else default_policy()
         cls = classify(call, pol.tables_for(call.tool, call.tool_definition))
         _print_explanation(evaluate(call, cls, pol), cls, call, json_out)
         return
@@ -157,6 +155,8 @@ def explain(
 def _print_explanation(
     verdict: Verdict, cls: Classification, call: Proposal, json_out: bool
 ) -> None:
+    from workflow.policy.explain import explain_data, explain_lines
+
     if json_out:
         print_json(explain_data(verdict, cls, call))
         return
@@ -185,11 +185,16 @@ def tools_offered(
 ) -> None:
     """Which tools an agent should be offered: allowed and approvable ones, not denied ones.
     Every call is still decided again when it is made."""
+    from workflow.messages import OfferedQuery, OfferedReply
+
     try:
         raw: Any = json.loads(tools.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read the tool catalog {tools}: {exc}") from exc
     if policy is not None:
+        from workflow.policy.catalog import offered_tools, parse_catalog
+        from workflow.policy.load import load_policy
+
         reply = offered_tools(
             load_policy(policy), parse_catalog(raw, source=str(tools)), agent, workspace, read_only
         )
@@ -235,6 +240,8 @@ def tools_pin(
 
     From --tools FILE, or else from the tool definitions of proposals the service has seen.
     A tool whose definition later changes is treated as unknown until pinned again."""
+    from workflow.policy.catalog import pin_tools
+
     if tools is not None:
         catalog = _catalog(tools)
     else:
@@ -263,6 +270,8 @@ def tools_pin(
 
 async def _seen_tools(data_dir: Path, database_url: str | None) -> list[CatalogTool]:
     from workflow.cli.offline import _db_url
+    from workflow.messages import Proposal
+    from workflow.policy.catalog import CatalogTool
     from workflow.store.repo import Store
 
     store = await Store.open(_db_url(database_url, data_dir))
