@@ -53,7 +53,8 @@ async def test_workers_share_the_intake_and_a_killed_one_is_replaced(
         assert len(first) == 2
         assert all(_alive(p) for p in first)
         # The main process's own intake stops: from here on only the workers can release.
-        main_intake = h.service.tasks[0]
+        main_intake = h.service.supervisor.tasks["intake"].task
+        assert main_intake is not None
         main_intake.cancel()
         await asyncio.gather(main_intake, return_exceptions=True)
         pids = [

@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from workflow.cli import bench, calls, inbox, offline, policy_cmds
+from workflow.cli import bench, calls, dead, inbox, offline, policy_cmds
 from workflow.cli.common import err_console
 from workflow.cli.serve import serve
 from workflow.errors import HeadgateError
@@ -25,6 +25,7 @@ app.command()(calls.pending)
 app.command()(calls.approve)
 app.command()(calls.reject)
 app.command()(calls.show)
+app.command()(dead.dead)
 app.command()(inbox.inbox)
 app.command()(bench.bench)
 app.command()(offline.classify)

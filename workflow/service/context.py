@@ -49,7 +49,7 @@ class ServiceContext:
 
     async def dead(self, stage: str, msg: Msg, error: str) -> None:
         """Publish a message to `<prefix>.dead.<stage>` with the error, then ack it."""
-        log.warning("dead letter from %s on %s: %s", stage, msg.subject, error)
+        log.warning("dead letter from %s on %s: %.500s", stage, msg.subject, error)
         await publish_events(self.js, [dead_letter_event(self.subjects, stage, msg, error)])
         await msg.ack()
         self.metrics.dead_letters.labels(stage).inc()

@@ -8,6 +8,7 @@ import gc
 import logging
 import os
 import signal
+from functools import partial
 
 from nats.aio.client import Client as NATS
 from nats.aio.subscription import Subscription
@@ -26,6 +27,7 @@ from workflow.service.metrics import HealthServer
 from workflow.service.settings import Settings, load_settings_policy
 from workflow.service.stage import PullStage, RetryPolicy
 from workflow.service.streams import ensure_streams, service_consumers
+from workflow.service.supervisor import Supervisor
 from workflow.service.workers import IntakeWorkers, worker_argv
 from workflow.store.engine import in_memory_sqlite
 from workflow.store.repo import Store
@@ -99,7 +101,7 @@ class Service:
         self.embedded: EmbeddedNats | None = None
         self.ctx: ServiceContext | None = None
         self.stopping = asyncio.Event()
-        self.tasks: list[asyncio.Task[None]] = []
+        self.supervisor = Supervisor(self.stopping)
         self.api_subs: list[Subscription] = []
         self.stages: list[PullStage] = []
         self.ready = False
@@ -171,30 +173,46 @@ class Service:
         )
         consumers = service_consumers(self.subjects)
         m = ctx.metrics
+        self.supervisor.metrics = m
+        intake = Intake(ctx)
         self.stages = [
-            PullStage(nc, js, consumers["intake"], Intake(ctx), batch=s.batch, metrics=m)
+            PullStage(
+                nc, js, consumers["intake"], intake, batch=s.batch, metrics=m, settle=intake.settle
+            )
         ]
         if not s.intake_worker:
             await store.audit.append(
                 [AuditEntry("service.start", "headgate", {"policy_revision": policy.revision})],
                 ctx.now(),
             )
+            collector, auditor = Collector(ctx), Auditor(ctx)
             self.stages += [
-                PullStage(nc, js, consumers["collector"], Collector(ctx), batch=64, metrics=m),
-                PullStage(nc, js, consumers["auditor"], Auditor(ctx), batch=64, metrics=m),
-            ]
+                PullStage(
+                    nc, js, consumers["collector"], collector, batch=64, metrics=m,
+                    settle=collector.settle,
+                ),
+                PullStage(
+                    nc, js, consumers["auditor"], auditor, batch=64, metrics=m,
+                    settle=auditor.settle,
+                ),
+            ]  # fmt: skip
         for stage in self.stages:
-            self.tasks.append(asyncio.create_task(stage.run(self.stopping)))
-        if not s.intake_worker:
-            self.tasks.append(
-                asyncio.create_task(every(s.sweep_interval, "sweep", ctx, self.stopping))
+            self.supervisor.start(
+                stage.spec.durable,
+                partial(stage.run, self.stopping),
+                stall_after=s.stall_after,
             )
-            self.tasks.append(
-                asyncio.create_task(every(s.republish_interval, "republish", ctx, self.stopping))
+        if not s.intake_worker:
+            self.supervisor.start(
+                "sweeper", lambda _: every(s.sweep_interval, "sweep", ctx, self.stopping)
+            )
+            self.supervisor.start(
+                "republisher",
+                lambda _: every(s.republish_interval, "republish", ctx, self.stopping),
             )
         if s.policy_path is not None:
             self._policy_mtime = s.policy_path.stat().st_mtime
-            self.tasks.append(asyncio.create_task(self._watch_policy()))
+            self.supervisor.start("policy watcher", lambda _: self._watch_policy())
         if not s.intake_worker:
             self.api_subs = await serve_api(ctx)
             if s.intake_processes > 1:
@@ -239,7 +257,8 @@ class Service:
         return worker_argv(options)
 
     async def readiness(self) -> tuple[bool, dict[str, str]]:
-        """Ready = started, connected to NATS, the database answers, the streams exist."""
+        """Ready = started, connected to NATS, the database answers, the streams exist, and
+        every stage and periodic task runs (none stopped or stalled)."""
         checks: dict[str, str] = {}
         ctx = self.ctx
         checks["service"] = "ok" if self.ready else "starting or stopping"
@@ -256,6 +275,10 @@ class Service:
             checks["streams"] = "ok"
         except Exception as exc:
             checks["streams"] = f"missing: {exc or type(exc).__name__}"
+        problems = self.supervisor.problems()
+        checks["stages"] = (
+            "; ".join(f"{name} {why}" for name, why in sorted(problems.items())) or "ok"
+        )
         return all(v == "ok" for v in checks.values()), checks
 
     async def reload_policy(self, reason: str = "SIGHUP") -> bool:
@@ -322,8 +345,7 @@ class Service:
         for sub in self.api_subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
-        if self.tasks:
-            await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.supervisor.wait()
         if self.ctx is not None:
             await self.ctx.marker.flush()  # the stages are done: write their last marks
             nc = self.ctx.nc

@@ -28,6 +28,8 @@ class Settings:
     batch: int = 256
     sweep_interval: float = 1.0
     republish_interval: float = 5.0
+    #: A stage whose loop gives no sign of life for this long is reported stalled by /readyz.
+    stall_after: float = 60.0
     connect_timeout: float = 60.0
     retry_base_delay: float = 1.0
     per_agent_backlog: int = PER_AGENT_BACKLOG
