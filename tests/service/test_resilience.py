@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +32,8 @@ from tests.service.helpers import (
 )
 from tests.service.test_observability import get
 from workflow.classify.engine import classify
-from workflow.messages import Cancel, Executed
-from workflow.service.background import Auditor
+from workflow.messages import Cancel
+from workflow.service.collector import Collector
 from workflow.service.intake import Intake
 from workflow.service.publishing import DEAD_PAYLOAD_LIMIT, publish_events
 from workflow.service.streams import ensure_consumer
@@ -195,14 +194,14 @@ async def test_readyz_reports_a_stalled_stage_until_it_moves_again(
     nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hanging_now, hang = asyncio.Event(), asyncio.Event()
-    real = Auditor.__call__
+    real = Collector.__call__
 
-    async def hanging(self: Auditor, msgs: Sequence[Msg]) -> None:
+    async def hanging(self: Collector, msgs: Sequence[Msg]) -> None:
         hanging_now.set()
         await hang.wait()
         await real(self, msgs)
 
-    monkeypatch.setattr(Auditor, "__call__", hanging)
+    monkeypatch.setattr(Collector, "__call__", hanging)
     async with running_service(nats_url, tmp_path, metrics_port=0) as h:
         try:
             await stall_and_recover(h, hanging_now, hang)
@@ -215,24 +214,22 @@ async def stall_and_recover(h: Harness, hanging_now: asyncio.Event, hang: asynci
     port = h.service.health.port
     ahead = 0.0  # the supervisor's clock runs this far ahead of the real one
     h.service.supervisor.clock = lambda: time.monotonic() + ahead
-    report = Executed(
-        release_id="rl_x", proposal_id="p-x", agent="agent-1", success=True,
-        finished_at=datetime.now(UTC),
-    )  # fmt: skip
-    await h.nc.jetstream().publish(
-        h.subjects.executed("agent-1"), report.model_dump_json().encode()
-    )
+    pid = await propose(h.nc, h.subjects, tool="write_file", arguments={"path": "x.txt"})
+    (item,) = await h.observer.wait_for("inbox", pid)
+    approval = decision(h.key, item["request_id"], item["proposal_digest"])
+    await send_decision(h.nc, h.subjects, approval)
     await asyncio.wait_for(hanging_now.wait(), 10)
     ahead = 3600.0  # an hour later, as far as the supervisor can tell
-    # The other stages beat again within a second of the jump; the auditor cannot.
-    only_the_auditor = re.compile(r"auditor stalled: no progress for 36\d\d s")
+    # The other stage beats again within a second of the jump; the hanging collector cannot.
+    only_the_collector = re.compile(r"collector stalled: no progress for 36\d\d s")
     status, _ = await wait_until(
         lambda: asyncio.to_thread(get, port, "/readyz"),
-        lambda r: bool(only_the_auditor.fullmatch(json.loads(r[1])["stages"])),
+        lambda r: bool(only_the_collector.fullmatch(json.loads(r[1])["stages"])),
     )
     assert status == 503
     hang.set()
     await wait_until(lambda: asyncio.to_thread(get, port, "/readyz"), lambda r: r[0] == 200)
+    await h.observer.wait_for("released", pid)
 
 
 async def test_readyz_reports_a_stopped_stage_which_is_started_again(

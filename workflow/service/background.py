@@ -124,14 +124,18 @@ class Auditor:
 
     async def __call__(self, msgs: Sequence[Msg]) -> None:
         for msg in msgs:
-            try:
-                await self._one(msg)
-            except Unprocessable as exc:
-                await self.settle.unprocessable(msg, str(exc))
-            except Exception as exc:
-                await self.settle.failed(msg, str(exc))
-            else:
-                await self.settle.ack(msg)
+            await self.handle(msg)
+
+    async def handle(self, msg: Msg) -> None:
+        """Record one report and settle its message (never raises)."""
+        try:
+            await self._one(msg)
+        except Unprocessable as exc:
+            await self.settle.unprocessable(msg, str(exc))
+        except Exception as exc:
+            await self.settle.failed(msg, str(exc))
+        else:
+            await self.settle.ack(msg)
 
     async def _one(self, msg: Msg) -> None:
         ctx = self.ctx

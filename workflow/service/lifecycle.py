@@ -10,15 +10,17 @@ import os
 import signal
 from functools import partial
 
+from faststream.nats import NatsBroker
+from faststream.security import SASLPlaintext
 from nats.aio.client import Client as NATS
-from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
 
 from workflow import datadir
 from workflow.effects import AuditEntry
 from workflow.errors import ConfigError, ConnectError, HeadgateError
 from workflow.policy.load import load_policy
-from workflow.service.api import serve_api
-from workflow.service.background import Auditor, every
+from workflow.service.background import every
+from workflow.service.broker import build_app
 from workflow.service.collector import Collector
 from workflow.service.context import ServiceContext
 from workflow.service.embedded import EmbeddedNats
@@ -26,7 +28,12 @@ from workflow.service.intake import Intake
 from workflow.service.metrics import HealthServer
 from workflow.service.settings import Settings, load_settings_policy
 from workflow.service.stage import PullStage, RetryPolicy
-from workflow.service.streams import ensure_streams, service_consumers
+from workflow.service.streams import (
+    ConsumerSpec,
+    ensure_consumer,
+    ensure_streams,
+    service_consumers,
+)
 from workflow.service.supervisor import Supervisor
 from workflow.service.workers import IntakeWorkers, worker_argv
 from workflow.store.engine import in_memory_sqlite
@@ -102,7 +109,8 @@ class Service:
         self.ctx: ServiceContext | None = None
         self.stopping = asyncio.Event()
         self.supervisor = Supervisor(self.stopping)
-        self.api_subs: list[Subscription] = []
+        #: The FastStream application (API, auditor); None in an intake worker.
+        self.broker: NatsBroker | None = None
         self.stages: list[PullStage] = []
         self.ready = False
         self.url = ""
@@ -185,17 +193,13 @@ class Service:
                 [AuditEntry("service.start", "headgate", {"policy_revision": policy.revision})],
                 ctx.now(),
             )
-            collector, auditor = Collector(ctx), Auditor(ctx)
-            self.stages += [
+            collector = Collector(ctx)
+            self.stages.append(
                 PullStage(
                     nc, js, consumers["collector"], collector, batch=64, metrics=m,
                     settle=collector.settle,
-                ),
-                PullStage(
-                    nc, js, consumers["auditor"], auditor, batch=64, metrics=m,
-                    settle=auditor.settle,
-                ),
-            ]  # fmt: skip
+                )
+            )  # fmt: skip
         for stage in self.stages:
             self.supervisor.start(
                 stage.spec.durable,
@@ -214,7 +218,7 @@ class Service:
             self._policy_mtime = s.policy_path.stat().st_mtime
             self.supervisor.start("policy watcher", lambda _: self._watch_policy())
         if not s.intake_worker:
-            self.api_subs = await serve_api(ctx)
+            await self._start_broker(js, consumers["auditor"])
             if s.intake_processes > 1:
                 self.workers = IntakeWorkers(
                     [self._worker_options(i) for i in range(s.intake_processes - 1)],
@@ -237,6 +241,24 @@ class Service:
             s.policy_path or "default",
             policy.revision,
         )
+
+    async def _start_broker(self, js: JetStreamContext, auditor: ConsumerSpec) -> None:
+        """Start the FastStream application: the API and the auditor (its durable first, with
+        the service's consumer settings: FastStream binds to it)."""
+        s = self.settings
+        await ensure_consumer(js, auditor)
+        self.broker = build_app(
+            self.subjects,
+            self.url.split(","),
+            context=lambda: self.ctx,
+            security=(
+                SASLPlaintext(username=s.nats_user, password=s.nats_password or "")
+                if s.nats_user
+                else None
+            ),
+            user_credentials=s.nats_creds,
+        )
+        await self.broker.start()
 
     def _worker_options(self, index: int) -> list[str]:
         """The command line of intake worker `index` (0-based): this service's settings."""
@@ -275,6 +297,12 @@ class Service:
             checks["streams"] = "ok"
         except Exception as exc:
             checks["streams"] = f"missing: {exc or type(exc).__name__}"
+        if self.broker is not None:
+            try:
+                api_ok = await asyncio.wait_for(self.broker.ping(2), 3)
+            except Exception:
+                api_ok = False
+            checks["api"] = "ok" if api_ok else "the API and auditor connection is down"
         problems = self.supervisor.problems()
         checks["stages"] = (
             "; ".join(f"{name} {why}" for name, why in sorted(problems.items())) or "ok"
@@ -342,9 +370,9 @@ class Service:
             await self.workers.stop()
         if self.health is not None:
             await self.health.stop()
-        for sub in self.api_subs:
+        if self.broker is not None:
             with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+                await asyncio.wait_for(self.broker.stop(), 5)
         await self.supervisor.wait()
         if self.ctx is not None:
             await self.ctx.marker.flush()  # the stages are done: write their last marks
