@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -21,6 +21,13 @@ from workflow.subjects import Subjects
 
 log = logging.getLogger("headgate.service")
 
+#: What time it is, for everything the service decides (expiry, clock skew, timestamps).
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
 
 @dataclass
 class ServiceContext:
@@ -31,6 +38,8 @@ class ServiceContext:
     policy: Policy
     retry: RetryPolicy = DEFAULT_RETRY
     metrics: Metrics = field(default_factory=Metrics)
+    #: A test hands in its own clock to move past a TTL instead of sleeping through it.
+    clock: Clock = utc_now
     #: Marks the outbox rows of confirmed events published, for every stage, off their path.
     marker: PublishedMarker = field(init=False)
 
@@ -38,7 +47,7 @@ class ServiceContext:
         self.marker = PublishedMarker(self.store.outbox.mark_published)
 
     def now(self) -> datetime:
-        return datetime.now(UTC)
+        return self.clock()
 
     async def publish(self, events: Sequence[OutboxEvent]) -> None:
         """Publish outbox events, wait for JetStream to confirm them, have them marked

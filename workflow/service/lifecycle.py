@@ -179,6 +179,8 @@ class Service:
         self.ctx = ctx = ServiceContext(
             nc, js, store, self.subjects, policy, retry=RetryPolicy(base_delay=s.retry_base_delay)
         )
+        if s.clock is not None:
+            ctx.clock = s.clock
         consumers = service_consumers(self.subjects)
         m = ctx.metrics
         self.supervisor.metrics = m

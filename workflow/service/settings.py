@@ -11,6 +11,7 @@ from workflow import datadir
 from workflow.policy.load import load_policy
 from workflow.policy.model import Policy, default_policy
 from workflow.policy.schema import Approver
+from workflow.service.context import Clock
 from workflow.service.streams import PER_AGENT_BACKLOG
 
 log = logging.getLogger("headgate")
@@ -43,6 +44,8 @@ class Settings:
     intake_worker: bool = False
     #: Logging options handed on to the intake workers' command lines.
     log_options: tuple[str, ...] = ()
+    #: The service's clock (`ServiceContext.clock`); None: the system's, in UTC.
+    clock: Clock | None = None
 
     @property
     def db_url(self) -> str:
