@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -9,9 +10,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+
+from workflow.client import Headgate
+from workflow.messages import Released
 
 HEADGATE = [sys.executable, "-m", "workflow"]
 
@@ -140,7 +145,9 @@ def test_quick_start_commands_work_from_the_serve_directory(
     table = cli(cwd, "pending")
     assert "notes.txt" in table.stdout
     assert "hunter2-secret" not in table.stdout  # secrets are masked for people
-    pending = json.loads(cli(cwd, "pending", "--json").stdout)
+    as_json = cli(cwd, "pending", "--json").stdout
+    assert "hunter2-secret" not in as_json  # scripts get masked secrets too
+    pending = json.loads(as_json)
     (item,) = pending["items"]
     assert item["proposal_id"] == "w1"
     assert item["risk_class"] == "write_local"
@@ -153,7 +160,9 @@ def test_quick_start_commands_work_from_the_serve_directory(
     assert again.returncode == 1
     assert "already released" in again.stdout
 
-    shown = json.loads(cli(cwd, "show", "w1", "--json").stdout)
+    shown_text = cli(cwd, "show", "w1", "--json").stdout
+    assert "hunter2-secret" not in shown_text
+    shown = json.loads(shown_text)
     assert shown["status"] == "released"
     assert [a["approver"] for a in shown["approvals"]]
     kinds = [e["kind"] for e in shown["events"]]
@@ -235,3 +244,90 @@ def test_a_second_serve_in_the_same_data_dir_is_refused(
     assert f"another headgate serve (pid {proc.pid}) is running" in second.stderr
     # The first one is untouched and still answers.
     assert cli(cwd, "pending").returncode == 0
+
+
+def test_keys_show_prints_the_public_key_of_an_existing_seed(tmp_path: Path) -> None:
+    created = cli(tmp_path, "keys", "new", "alice")
+    (public,) = [line.split()[-1] for line in created.stdout.splitlines() if "public key" in line]
+    shown = cli(tmp_path, "keys", "show", "alice.seed")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == f"{public}\n"
+    (tmp_path / "junk.seed").write_text("not a seed\n")
+    for bad, message in (("junk.seed", "not a valid nkeys seed"), ("none.seed", "cannot read")):
+        refused = cli(tmp_path, "keys", "show", bad)
+        assert refused.returncode == 2
+        (line,) = refused.stderr.splitlines()
+        assert message in line
+
+
+def test_version_prints_the_installed_version(tmp_path: Path) -> None:
+    shown = cli(tmp_path, "--version")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == f"headgate {version('headgate')}\n"
+
+
+def start_serve(cwd: Path, log_name: str) -> subprocess.Popen[str]:
+    """`headgate serve` in `cwd`, returned once it is ready."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADGATE_")}
+    log = cwd / log_name
+    with log.open("w") as out:
+        proc = subprocess.Popen([*HEADGATE, "serve"], cwd=cwd, stdout=out,
+                                stderr=subprocess.STDOUT, text=True, env=env)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while "headgate ready" not in log.read_text():
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+    return proc
+
+
+def stop_serve(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+
+
+async def test_a_restart_of_serve_keeps_its_port_and_connected_clients_carry_on(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / ".headgate"
+    first = start_serve(tmp_path, "serve-1.log")
+    second: subprocess.Popen[str] | None = None
+    url = (data / "nats.url").read_text().strip()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADGATE_")}
+    watch = await asyncio.create_subprocess_exec(
+        *HEADGATE, "inbox", "--watch", "--interval", "0.3", cwd=tmp_path, env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert watch.stdout is not None
+
+    async def watch_shows(text: str) -> None:
+        assert watch.stdout is not None
+        while text not in (await asyncio.wait_for(watch.stdout.readline(), 60)).decode():
+            pass
+
+    try:
+        await watch_shows("nothing pending")
+        async with Headgate.connect(agent="builder", data_dir=data) as hg:
+            hg.recheck_interval = 3600  # the outcome must come from the results consumer
+            stop_serve(first)
+            await watch_shows("the service is unreachable")
+            second = start_serve(tmp_path, "serve-2.log")
+            assert (data / "nats.url").read_text().strip() == url
+
+            ticket = await hg.propose("write_file", {"path": "after.txt"}, timeout=30)
+            assert ticket.held
+            assert ticket.request_id is not None
+            await watch_shows(ticket.request_id)
+            approved = await asyncio.to_thread(cli, tmp_path, "approve", ticket.request_id)
+            assert approved.returncode == 0, approved.stdout + approved.stderr
+            outcome = await ticket.result(timeout=30)
+            assert isinstance(outcome, Released)
+            assert outcome.arguments == {"path": "after.txt"}
+    finally:
+        if watch.returncode is None:
+            watch.send_signal(signal.SIGINT)
+            await asyncio.wait_for(watch.wait(), 30)
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                stop_serve(proc)
+    assert watch.returncode == 0, (await watch.stderr.read()).decode() if watch.stderr else ""

@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.service.helpers import decision, running_service, send_decision
-from workflow.service.embedded import EmbeddedNats
+from workflow.client import Approver
+from workflow.service.lifecycle import Service
+from workflow.service.settings import Settings
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -30,16 +31,17 @@ def test_readme_has_the_quick_start_as_two_command_lines() -> None:
     assert "python -m pytest" in ci
 
 
-async def test_raw_nats_py_agent_example_runs_to_a_release(
-    fresh_nats: EmbeddedNats, tmp_path: Path
-) -> None:
-    (block,) = [b for b in python_blocks() if "nats.connect(url)" in b]
+async def test_raw_nats_py_agent_example_runs_to_a_release(tmp_path: Path) -> None:
+    """Against the server `headgate serve` starts, with the credentials it writes."""
+    (block,) = [b for b in python_blocks() if "nats.connect(url, nkeys_seed=" in b]
     workdir = tmp_path / "agent"
-    (workdir / ".headgate").mkdir(parents=True)
-    (workdir / ".headgate" / "nats.url").write_text(fresh_nats.url + "\n")
+    data = workdir / ".headgate"
     script = workdir / "agent.py"
+    data.mkdir(parents=True)
     script.write_text(block)
-    async with running_service(fresh_nats.url, tmp_path / "svc", prefix="headgate") as h:
+    service = Service(Settings(data_dir=data, prefix="headgate"))
+    await service.start()
+    try:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             str(script),
@@ -48,10 +50,13 @@ async def test_raw_nats_py_agent_example_runs_to_a_release(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        (item,) = await h.observer.wait_for("inbox", timeout=10)
-        await send_decision(
-            h.nc, h.subjects, decision(h.key, item["request_id"], item["proposal_digest"])
-        )
+        async with Approver.connect(name="me", key=data / "approver.seed", data_dir=data) as me:
+            inbox = me.inbox()
+            item = await asyncio.wait_for(inbox.__anext__(), 10)
+            await inbox.aclose()
+            assert (await item.approve()).accepted
         out, err = await asyncio.wait_for(proc.communicate(), 15)
+    finally:
+        await service.stop()
     assert proc.returncode == 0, err.decode()
     assert out.decode().startswith("released")

@@ -6,7 +6,12 @@
 | `serve.lock` | `serve` (one per data dir; holds its pid) | a second `serve` |
 | `approver.seed` | `serve` without a policy file (mode 0600) | `headgate approve` / `reject` |
 | `headgate.db` | `serve` (SQLite, unless `--database-url`) | `headgate audit` |
-| `nats/` | the embedded nats-server's JetStream store | |
+| `nats.port` | `serve` with an embedded nats-server (kept after it stops) | the next `serve` |
+| `nats/` | the embedded nats-server's JetStream store and account config | |
+| `credentials/<role>.nk` | `serve` with an embedded server (mode 0600) | clients of that role |
+
+Where a client looks is `workflow.client.connection.resolve_nats`; the names it reads are
+defined there (a client loads little) and re-exported here.
 """
 
 from __future__ import annotations
@@ -16,13 +21,18 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from workflow.client.connection import CREDENTIALS_DIR as CREDENTIALS_DIR
+from workflow.client.connection import DEFAULT_DATA_DIR
+from workflow.client.connection import URL_FILE as URL_FILE
+from workflow.client.connection import credentials_file as credentials_file
 from workflow.errors import ConfigError
 
 if TYPE_CHECKING:
     from workflow.signing import ApproverKey
 
-DEFAULT = Path(".headgate")
-URL_FILE = "nats.url"
+DEFAULT = DEFAULT_DATA_DIR
+#: The embedded nats-server's port, kept across restarts so connected clients reconnect.
+PORT_FILE = "nats.port"
 LOCK_FILE = "serve.lock"
 LOCAL_KEY_FILE = "approver.seed"
 DATABASE_FILE = "headgate.db"
@@ -31,6 +41,28 @@ DATABASE_FILE = "headgate.db"
 def sqlite_url(data_dir: Path) -> str:
     """The default database: SQLite in the data dir."""
     return f"sqlite+aiosqlite:///{data_dir / DATABASE_FILE}"
+
+
+def make_private(data_dir: Path) -> None:
+    """Create the data dir, readable by its owner only: it holds the database, the approver
+    seed and the NATS credentials."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mode = data_dir.stat().st_mode & 0o777
+    if mode & 0o077:
+        os.chmod(data_dir, mode & 0o700)
+
+
+def recorded_port(data_dir: Path) -> int | None:
+    """The port the embedded server had last time, if one was recorded."""
+    try:
+        port = int((data_dir / PORT_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return port if 0 < port < 65536 else None
+
+
+def record_port(data_dir: Path, port: int) -> None:
+    (data_dir / PORT_FILE).write_text(f"{port}\n")
 
 
 def local_approver(data_dir: Path) -> tuple[ApproverKey, Path, bool]:

@@ -331,6 +331,9 @@ class PendingEntry(Wire):
     workspace: str
     tool: str
     arguments: dict[str, Any]
+    intent: str | None = Field(
+        default=None, description="The agent's own words about the call: shown, never trusted."
+    )
     risk_class: RiskClass
     severity: Severity
     reasons: list[str]

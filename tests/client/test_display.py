@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,14 @@ from tests.client.support import guarded_service
 from tests.service.helpers import propose
 from workflow.cli.inbox import inbox
 from workflow.cli.inbox_view import DOWN, ENTER, ESCAPE, UP, InboxState, parse_keys, render
-from workflow.client.display import MASK, is_secret_key, mask_secrets, mask_text, summarize
+from workflow.client.display import (
+    MASK,
+    is_secret_key,
+    mask_secrets,
+    mask_text,
+    masked_entry,
+    summarize,
+)
 from workflow.messages import ApprovalRequirement, DecisionVerdict, PendingEntry
 
 NOW = datetime(2026, 1, 2, 12, 0, tzinfo=UTC)
@@ -113,8 +121,8 @@ def test_summarize_uses_the_target_path_when_there_is_no_command() -> None:
     assert "0/2 approvals" in line
 
 
-def render_text(state: InboxState, *, interactive: bool = True) -> str:
-    out = Console(record=True, width=160, color_system=None)
+def render_text(state: InboxState, *, interactive: bool = True, width: int = 160) -> str:
+    out = Console(record=True, width=width, color_system=None)
     out.print(render(state, NOW, interactive=interactive))
     return out.export_text()
 
@@ -156,7 +164,8 @@ def test_keys_move_the_selection_and_produce_decisions() -> None:
     state.on_key(DOWN)
     assert state.selected == 1
     state.on_key(UP)
-    approve = state.on_key("a")
+    assert state.on_key("a") is None  # an exec call (high): confirmed first
+    approve = state.on_key("y")
     assert approve is not None
     assert (approve.verdict, approve.entry.request_id) == (DecisionVerdict.APPROVE, "rq_a")
     assert state.on_key("r") is None
@@ -211,3 +220,106 @@ async def test_inbox_command_prints_pending_requests_once(nats_url: str, tmp_pat
     assert "write_file" in result.output
     assert "deploy.sh" in result.output
     assert "abc123secret" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("risk_class", "severity", "confirmed"),
+    [("write_local", "medium", False), ("write_local", "high", True), ("egress", "critical", True),
+     ("exec", "medium", True), ("destructive", "low", True), ("external", "low", False)],
+)  # fmt: skip
+def test_approving_an_exec_destructive_or_high_risk_call_needs_a_confirmation(
+    risk_class: str, severity: str, confirmed: bool
+) -> None:
+    state = InboxState()
+    state.update([entry(risk_class=risk_class, severity=severity)])
+    first = state.on_key("a")
+    if not confirmed:
+        assert first is not None
+        assert first.verdict == DecisionVerdict.APPROVE
+        return
+    assert first is None
+    prompt = render_text(state)
+    assert f"approve run_shell `curl -H 'Authorization: Bearer {MASK}' https://x.io`" in prompt
+    assert "y approves, any other key cancels" in prompt
+    assert state.on_key("n") is None  # cancelled
+    assert state.message == "not approved"
+    assert state.on_key("a") is None
+    action = state.on_key("y")
+    assert action is not None
+    assert action.verdict == DecisionVerdict.APPROVE
+
+
+REQUEST_IDS = ["rq_0123456789abcdef01234567", "rq_fedcba9876543210fedcba98"]
+
+
+def test_request_ids_can_be_copied_whole_at_80_columns() -> None:
+    state = InboxState()
+    state.update([
+        entry(request_id=rid, tool="a_tool_with_a_rather_long_name_indeed",
+              arguments={"path": "/srv/" + "deep/" * 30 + "file.txt", "content": "x" * 300},
+              created_at=NOW - timedelta(minutes=n))
+        for n, rid in enumerate(REQUEST_IDS)
+    ])  # fmt: skip
+    lines = render_text(state, width=80).splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    for rid in REQUEST_IDS:
+        assert any(rid in line for line in lines), rid
+    state.on_key("d")
+    detail = render_text(state, width=80).splitlines()
+    assert any(REQUEST_IDS[0] in line for line in detail)
+
+
+def test_the_detail_pane_shows_the_whole_request_with_secrets_masked() -> None:
+    state = InboxState()
+    arguments = {"command": "curl https://x.io", "password": "hunter2"}
+    state.update([entry(intent="check the service with token=s3cr3tvalue123", arguments=arguments)])
+    state.on_key(ENTER)
+    assert state.detail
+    text = render_text(state)
+    for shown in ("rq_1", "p-1", "builder-7 / acme", "run_shell", "exec (high)",
+                  "2 approval(s)", "alice", "curl https://x.io", "`curl` sends data",
+                  "the agent says (unverified)"):  # fmt: skip
+        assert shown in text, shown
+    assert "hunter2" not in text
+    assert "s3cr3tvalue123" not in text
+    state.on_key("d")
+    assert not state.detail
+
+
+def test_the_intent_is_shown_everywhere_as_the_agents_unverified_words() -> None:
+    item = entry(intent="rotate the logs")
+    assert summarize(item, NOW).endswith('; the agent says (unverified): "rotate the logs"')
+    state = InboxState()
+    state.update([item])
+    assert 'the agent says (unverified): "rotate the logs"' in render_text(state)
+    assert "unverified" not in summarize(entry(), NOW)  # no intent, no line
+
+
+def test_reasons_and_intent_are_masked_in_every_view() -> None:
+    leaky = entry(reasons=[f"`curl -H 'Authorization: Bearer {JWT}'` sends data"],
+                  intent=f"use {JWT}")  # fmt: skip
+    state = InboxState()
+    state.update([leaky])
+    for text in (render_text(state), summarize(leaky, NOW)):
+        assert JWT not in text
+    state.on_key("d")
+    assert JWT not in render_text(state)
+    masked = masked_entry(leaky)
+    assert JWT not in masked.model_dump_json()
+    assert masked.proposal_digest == leaky.proposal_digest
+
+
+def test_explain_masks_secrets_the_trail_quotes(tmp_path: Path) -> None:
+    from workflow.cli.policy_cmds import explain
+
+    command = f"curl -H 'Authorization: Bearer {JWT}' https://x.io/upload"
+    path = tmp_path / "proposal.json"
+    path.write_text(json.dumps({"id": "p-1", "agent": "a", "tool": "run_shell",
+                                "arguments": {"command": command}}))  # fmt: skip
+    app = typer.Typer()
+    app.command()(explain)
+    for extra in ([], ["--json"]):
+        result = CliRunner().invoke(app, ["--proposal", str(path), *extra])
+        assert result.exit_code == 0, result.output
+        assert "x.io" in result.stdout
+        assert JWT not in result.stdout

@@ -66,6 +66,7 @@ SERVE_FLAGS = {
     "--policy",
     "--data-dir",
     "--metrics-port",
+    "--metrics-host",
     "--replicas",
 }
 SERVE_ENV = {
@@ -74,6 +75,7 @@ SERVE_ENV = {
     "HEADGATE_POLICY",
     "HEADGATE_DATA_DIR",
     "HEADGATE_METRICS_PORT",
+    "HEADGATE_METRICS_HOST",
     "HEADGATE_STREAM_REPLICAS",
     "HEADGATE_NATS_USER",
     "HEADGATE_NATS_PASSWORD",
@@ -703,3 +705,52 @@ async def test_agent_asks_about_its_own_proposals_only_on_its_status_subject(
     for subject in ("headgate.api.status.someone-else", "headgate.api.get"):
         await agent.nc.publish(subject, b"{}")
         assert await agent.violations.wait_for("publish", subject)
+
+
+# ---------------------------------------------------------------------- exposure and first steps
+def test_compose_publishes_nats_on_loopback_only() -> None:
+    for name, service in compose_services().items():
+        if not str(service.get("image", "")).startswith("nats:"):
+            continue
+        ports = [str(p) for p in service.get("ports", [])]
+        assert ports, name
+        for port in ports:
+            # host_ip:host_port:container_port; without a host ip Docker binds every interface
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} on all interfaces"
+
+
+def test_containers_serve_metrics_where_their_probes_reach_them() -> None:
+    """Metrics listen on loopback by default; in a container the published port and the
+    kubelet's probes come in on the container's own address."""
+    for name, service in compose_services().items():
+        env = compose_env(service)
+        if "HEADGATE_METRICS_PORT" in env and service.get("ports"):
+            assert env.get("HEADGATE_METRICS_HOST") == "0.0.0.0", name
+    (deployment,) = k8s_by_kind("Deployment")
+    env = {e["name"]: e.get("value") for e in container_named(deployment, "headgate")["env"]}
+    assert env["HEADGATE_METRICS_HOST"] == "0.0.0.0"
+
+
+def test_the_shipped_examples_say_what_to_do_before_anything_can_be_approved() -> None:
+    from workflow.policy.coverage import approval_gaps
+    from workflow.policy.load import load_policy_text
+
+    first_step = "Before anything can be approved"
+    compose = (DEPLOY / "compose.yaml").read_text()
+    assert first_step in compose
+    assert "headgate keys new alice" in compose
+    (configmap,) = [d for d in k8s_by_kind("ConfigMap") if "policy.toml" in d.get("data", {})]
+    text = configmap["data"]["policy.toml"]
+    assert text.splitlines()[0].startswith(f"# {first_step}")
+    # ... which is what `serve` and `policy check` warn about, naming the rules.
+    (gap,) = approval_gaps(load_policy_text(text))
+    assert gap.key == "approvers"
+
+
+def test_install_instructions_do_not_name_an_unpublished_package() -> None:
+    """headgate is installed from the repository, not from PyPI."""
+    # `pip install 'headgate[postgres]'` asks PyPI; `headgate[postgres] @ file:///…` does not.
+    unpublished = re.compile(r"pip install '?headgate\[\w+\](?!\s*@)")
+    for path in (DEPLOY / "systemd" / "headgate.service", DEPLOY.parent / "README.md",
+                 DEPLOY / "README.md"):  # fmt: skip
+        assert not unpublished.search(path.read_text()), path

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
 
 import typer
 
@@ -19,6 +21,30 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            found = version("headgate")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            found = "(version unknown: the package is not installed)"
+        sys.stdout.write(f"headgate {found}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    pass
+
+
 app.command()(serve)
 app.command()(calls.propose)
 app.command()(calls.pending)

@@ -8,12 +8,13 @@ import json
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
 from workflow.cli.common import (
+    CLI_CONNECT_TIMEOUT,
     DEFAULT_DATA_DIR,
     DataDir,
     JsonOut,
@@ -28,16 +29,74 @@ from workflow.cli.common import (
     parse_json_option,
     print_json,
 )
-from workflow.errors import ConfigError, describe_invalid
+from workflow.errors import ConfigError, ConnectError, describe_invalid
 from workflow.subjects import Subjects
 
 if TYPE_CHECKING:
-    from nats.aio.msg import Msg
+    from pydantic import ValidationError
+    from rich.table import Table
+    from rich.text import Text
 
-    from workflow.messages import DecisionVerdict, Proposal, ProposalHistory
+    from workflow.cli.inbox_view import render_entries
+    from workflow.client import transport
+    from workflow.client.agent import Headgate
+    from workflow.client.approver import Approver
+    from workflow.client.connection import Role, resolve_nats
+    from workflow.client.display import (
+        INTENT_LABEL,
+        intent_text,
+        mask_text,
+        masked_entry,
+        masked_history,
+        target_of,
+    )
+    from workflow.client.errors import NotProcessed, ResultTimeout
+    from workflow.client.verify import ShownRequest, check_digest
+    from workflow.messages import (
+        DecisionVerdict,
+        GetQuery,
+        PendingQuery,
+        PendingReply,
+        Proposal,
+        ProposalHistory,
+        Released,
+    )
 
-# The wire models (pydantic), the SDK's display helpers and rich's tables are imported by the
-# commands that use them, when they run (see `workflow.cli.common`).
+
+def _runtime() -> None:
+    """Import what the commands use, when one runs: `headgate --help` and the CLI's start
+    load none of it (the SDKs, NATS, pydantic's models; see `workflow.cli.common`)."""
+    from pydantic import ValidationError  # noqa: F401
+    from rich.table import Table  # noqa: F401
+    from rich.text import Text  # noqa: F401
+
+    from workflow.cli.inbox_view import render_entries  # noqa: F401
+    from workflow.client import transport  # noqa: F401
+    from workflow.client.agent import Headgate  # noqa: F401
+    from workflow.client.approver import Approver  # noqa: F401
+    from workflow.client.connection import Role, resolve_nats  # noqa: F401
+    from workflow.client.display import (  # noqa: F401
+        INTENT_LABEL,
+        intent_text,
+        mask_text,
+        masked_entry,
+        masked_history,
+        target_of,
+    )
+    from workflow.client.errors import NotProcessed, ResultTimeout  # noqa: F401
+    from workflow.client.verify import ShownRequest, check_digest  # noqa: F401
+    from workflow.messages import (  # noqa: F401
+        DecisionVerdict,
+        GetQuery,
+        PendingQuery,
+        PendingReply,
+        Proposal,
+        ProposalHistory,
+        Released,
+    )
+
+    globals().update(locals())
+
 
 EXIT_BLOCKED = 3
 EXIT_PENDING = 4
@@ -79,10 +138,7 @@ def propose(
     Exit codes with --wait: 0 released, 3 blocked (denied/rejected/expired/cancelled),
     4 still pending when the wait ended.
     """
-    from pydantic import ValidationError
-
-    from workflow.messages import Proposal
-
+    _runtime()
     arguments = parse_json_option(args, "--args")
     if not isinstance(arguments, dict):
         raise ConfigError('--args must be a JSON object, e.g. \'{"path": "x"}\'')
@@ -111,80 +167,80 @@ async def _propose(
     subjects: Subjects,
     json_out: bool,
 ) -> int:
-    from workflow.messages import GetQuery, ProposalHistory
-
-    async with connected(nats_url, data_dir) as nc:
-        outcome: asyncio.Future[tuple[str, dict[str, Any]]] = (
-            asyncio.get_running_loop().create_future()
-        )
-        held: list[dict[str, Any]] = []
-
-        async def on_event(msg: Msg) -> None:
-            body = json.loads(msg.data)
-            if body.get("proposal_id") != proposal.id:
-                return
-            kind = msg.subject.split(".")[-2]
-            if kind == "inbox":
-                held.append(body)
-                if not json_out:
-                    console.print(
-                        f"held for approval: request [bold]{escape(body['request_id'])}[/] "
-                        f"({body['classification']['risk_class']}, "
-                        f"{body['classification']['severity']}); approve with "
-                        f"`headgate approve {body['request_id']}`"
-                    )
-            elif not outcome.done():
-                outcome.set_result((kind, body))
-
-        if wait is not None:
-            for subject in (
-                subjects.released(proposal.agent),
-                subjects.blocked(proposal.agent),
-                subjects.inbox(proposal.workspace),
-            ):
-                await nc.subscribe(subject, cb=on_event)
-        ack = await nc.jetstream().publish(
-            subjects.proposals(proposal.agent),
-            proposal.model_dump_json().encode(),
-            headers={"Nats-Msg-Id": proposal.id},
-        )
-        if wait is None:
-            if json_out:
-                print_json({"proposal_id": proposal.id, "duplicate": ack.duplicate})
-            else:
-                console.print(
-                    f"proposed [bold]{escape(proposal.id)}[/]"
-                    + (" (duplicate)" if ack.duplicate else "")
-                )
-            return 0
-        try:
-            kind, body = await asyncio.wait_for(outcome, wait)
-        except TimeoutError:
-            history = await api_call(nc, subjects, "get", GetQuery(id=proposal.id), ProposalHistory)
-            if json_out:
-                print_json({"proposal_id": proposal.id, "outcome": history.status})
-            else:
-                console.print(f"{escape(proposal.id)}: still {history.status} after {wait:g}s")
-            return (
-                0
-                if history.status == "released"
-                else EXIT_PENDING
-                if history.status == "pending"
-                else EXIT_BLOCKED
+    """Publish as the agent (agent credentials); with `wait`, follow it through the agent's
+    own results stream, as the agent SDK does."""
+    if wait is None:
+        async with connected(nats_url, data_dir, role=Role.AGENT) as nc:
+            duplicate = await transport.publish(
+                nc, subjects.proposals(proposal.agent), proposal, proposal.id
             )
         if json_out:
-            print_json({"outcome": "released" if kind == "released" else body["outcome"], **body})
-        elif kind == "released":
-            who = ", ".join(a["approver"] for a in body["approvals"]) or "policy (allowed)"
+            print_json({"proposal_id": proposal.id, "duplicate": duplicate})
+        else:
+            console.print(
+                f"proposed [bold]{escape(proposal.id)}[/]" + (" (duplicate)" if duplicate else "")
+            )
+        return 0
+    target = resolve_nats(nats_url, role=Role.AGENT, data_dir=data_dir)
+    try:
+        client = Headgate.connect(
+            target, agent=proposal.agent, workspace=proposal.workspace, prefix=subjects.prefix,
+            connect_timeout=CLI_CONNECT_TIMEOUT,
+        )  # fmt: skip
+        async with client as hg:
+            return await _follow(hg, proposal, wait, json_out)
+    except ConnectError as exc:
+        raise ConnectError(f"{exc}; is `headgate serve` running?") from None
+
+
+async def _follow(hg: Headgate, proposal: Proposal, wait: float, json_out: bool) -> int:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    try:
+        ticket = await hg.propose(
+            proposal.tool, proposal.arguments, intent=proposal.intent,
+            workspace=proposal.workspace, proposal_id=proposal.id, timeout=max(wait, 1.0),
+        )  # fmt: skip
+    except NotProcessed:
+        _still(proposal.id, "unprocessed", wait, json_out)
+        return EXIT_PENDING
+    if ticket.held and not json_out:
+        c = ticket.classification
+        console.print(
+            f"held for approval: request [bold]{escape(ticket.request_id or '?')}[/] "
+            f"({c.risk_class}, {c.severity}); approve with "
+            f"`headgate approve {ticket.request_id}`"
+        )
+    try:
+        outcome = await ticket.result(timeout=max(deadline - loop.time(), 0.01))
+    except ResultTimeout as exc:
+        _still(proposal.id, exc.status or ticket.status, wait, json_out)
+        return EXIT_PENDING
+    if isinstance(outcome, Released):
+        if json_out:
+            print_json({"outcome": "released", **outcome.model_dump(mode="json")})
+        else:
+            who = ", ".join(a.approver for a in outcome.approvals) or "policy (allowed)"
             console.print(
                 f"[green]released[/] {escape(proposal.id)} ({escape(proposal.tool)}); "
                 f"approved by {escape(who)}"
             )
-        else:
-            console.print(
-                f"[red]{escape(body['outcome'])}[/] {escape(proposal.id)}: {escape(body['reason'])}"
-            )
-        return 0 if kind == "released" else EXIT_BLOCKED
+        return 0
+    if json_out:
+        print_json({"outcome": outcome.outcome, **outcome.model_dump(mode="json")})
+    else:
+        console.print(
+            f"[red]{escape(outcome.outcome)}[/] {escape(proposal.id)}: "
+            + escape(mask_text(outcome.reason))
+        )
+    return EXIT_BLOCKED
+
+
+def _still(proposal_id: str, status: str, wait: float, json_out: bool) -> None:
+    if json_out:
+        print_json({"proposal_id": proposal_id, "outcome": status})
+    else:
+        console.print(f"{escape(proposal_id)}: still {status} after {wait:g}s")
 
 
 def pending(
@@ -197,11 +253,7 @@ def pending(
     json_out: JsonOut = False,
 ) -> None:
     """List held approval requests, oldest first."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from workflow.client.display import mask_secrets
-    from workflow.messages import PendingQuery, PendingReply
+    _runtime()
 
     async def run() -> PendingReply:
         async with connected(nats_url, data_dir) as nc:
@@ -209,44 +261,16 @@ def pending(
             return await api_call(nc, Subjects(prefix), "pending", query, PendingReply)
 
     reply = asyncio.run(run())
-    if json_out:
-        print_json(reply)
+    if json_out:  # secrets masked for scripts too: a person reads what they print
+        print_json(PendingReply(items=[masked_entry(e) for e in reply.items]))
         return
     if not reply.items:
         console.print("nothing pending")
         return
-    table = Table(title=f"{len(reply.items)} pending", show_lines=True)
-    for col in (
-        "request",
-        "agent / workspace",
-        "tool",
-        "arguments",
-        "risk",
-        "reasons",
-        "approvals",
-        "age",
-        "expires in",
-    ):
-        table.add_column(col, overflow="fold")
-    for it in reply.items:
-        table.add_row(
-            *(
-                Text(str(cell))
-                for cell in (
-                    it.request_id,
-                    f"{it.agent} / {it.workspace}",
-                    it.tool,
-                    json.dumps(mask_secrets(it.arguments), ensure_ascii=False)[:200],
-                    f"{it.risk_class} ({it.severity})",
-                    "\n".join(it.reasons),
-                    f"{len(it.approvals)}/{it.requirement.approvals_needed}"
-                    + (f" ({', '.join(it.approvals)})" if it.approvals else ""),
-                    _ago(it.created_at),
-                    _span(int((it.expires_at - datetime.now(UTC)).total_seconds())),
-                )
-            )
-        )
-    console.print(table)
+    console.print(Text(f"{len(reply.items)} pending, oldest first", style="bold"))
+    console.print()
+    for block in render_entries(reply.items, datetime.now(UTC)):
+        console.print(block)
 
 
 def _decide(
@@ -260,51 +284,52 @@ def _decide(
     prefix: str,
     json_out: bool,
 ) -> None:
-    from workflow.messages import ApprovalDecision, GetQuery, ProposalHistory
-
     signer = load_key(key, data_dir)
     subjects = Subjects(prefix)
 
-    async def run() -> tuple[bool, str]:
+    async def run() -> tuple[bool, str, str]:
         async with connected(nats_url, data_dir) as nc:
             history = await api_call(nc, subjects, "get", GetQuery(id=ident), ProposalHistory)
             if history.request_id is None:
-                return False, f"{ident} was never held for approval (it was {history.status})."
+                return False, f"{ident} was never held for approval (it was {history.status}).", ""
             if history.status != "pending":
-                return False, f"request {history.request_id} is already {history.status}."
-            decision = signer.sign_decision(
-                ApprovalDecision(
-                    request_id=history.request_id,
-                    proposal_digest=history.proposal_digest,
-                    verdict=verdict,
-                    approver=approver or getpass.getuser(),
-                    reason=reason,
-                    nonce=uuid.uuid4().hex,
-                    issued_at=datetime.now(UTC),
+                return False, f"request {history.request_id} is already {history.status}.", ""
+            # What is signed is the digest of the proposal printed here, or nothing.
+            shown = ShownRequest(history.request_id, history.proposal, history.proposal_digest)
+            check_digest(shown.request_id, shown.proposal, shown.proposal_digest)
+            what = _what(history)
+            if not json_out:
+                console.print(Text(f"{verdict.value} {what}"))
+            client = Approver(nc, name=approver or getpass.getuser(), key=signer, prefix=prefix)
+            result = await client.decide(shown, verdict, reason, timeout=5.0)
+            if result.accepted is None:
+                return (
+                    False,
+                    "the decision was published but the service has not processed it yet.",
+                    what,
                 )
-            )
-            await nc.jetstream().publish(
-                subjects.decisions(history.request_id),
-                decision.model_dump_json().encode(),
-                headers={"Nats-Msg-Id": f"decision:{decision.nonce}"},
-            )
-            for _ in range(50):
-                await asyncio.sleep(0.1)
-                after = await api_call(nc, subjects, "get", GetQuery(id=ident), ProposalHistory)
-                for event in after.events:
-                    if event.data.get("nonce") == decision.nonce:
-                        ok = event.kind == "decision.accepted"
-                        message = str(event.data.get("message") or event.summary)
-                        return ok, f"{message} Request {history.request_id} is now {after.status}."
-            return False, "the decision was published but the service has not processed it yet."
+            message = f"{result.message} Request {history.request_id} is now {result.status}."
+            return result.accepted, mask_text(message), what
 
-    ok, message = asyncio.run(run())
+    ok, message, what = asyncio.run(run())
     if json_out:
-        print_json({"accepted": ok, "message": message})
+        print_json({"accepted": ok, "message": message, "request": what})
     else:
         console.print(("[green]accepted:[/] " if ok else "[red]refused:[/] ") + escape(message))
     if not ok:
         raise typer.Exit(1)
+
+
+def _what(h: ProposalHistory) -> str:
+    """One line naming the call a decision is about (secrets masked), with the agent's intent."""
+    p, c = h.proposal, h.classification
+    target = target_of(p.arguments)
+    line = (
+        f"{p.agent} wants {p.tool}" + (f" `{target}`" if target else "")
+        + f" in {p.workspace} — {c.risk_class} ({c.severity}), request {h.request_id}"
+    )  # fmt: skip
+    said = intent_text(p.intent)
+    return f'{line}; {INTENT_LABEL}: "{said}"' if said else line
 
 
 def approve(
@@ -318,8 +343,7 @@ def approve(
     json_out: JsonOut = False,
 ) -> None:
     """Approve a held request, signed with your approver key."""
-    from workflow.messages import DecisionVerdict
-
+    _runtime()
     _decide(
         ident, DecisionVerdict.APPROVE, reason, key, approver, nats_url, data_dir, prefix, json_out
     )
@@ -336,10 +360,9 @@ def reject(
     json_out: JsonOut = False,
 ) -> None:
     """Reject a held request, signed with your approver key."""
+    _runtime()
     if not reason.strip():
         fail("--reason must say why the call is rejected")
-    from workflow.messages import DecisionVerdict
-
     _decide(
         ident, DecisionVerdict.REJECT, reason, key, approver, nats_url, data_dir, prefix, json_out
     )
@@ -353,17 +376,13 @@ def show(
     json_out: JsonOut = False,
 ) -> None:
     """Print a proposal's whole history: classification, verdict, decisions, outcome."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from workflow.client.display import mask_secrets
-    from workflow.messages import GetQuery, ProposalHistory
+    _runtime()
 
     async def run() -> ProposalHistory:
         async with connected(nats_url, data_dir) as nc:
             return await api_call(nc, Subjects(prefix), "get", GetQuery(id=ident), ProposalHistory)
 
-    h = asyncio.run(run())
+    h = masked_history(asyncio.run(run()))
     if json_out:
         print_json(h)
         return
@@ -371,10 +390,10 @@ def show(
     console.print(
         f"[bold]{escape(p.id)}[/]  {p.agent} / {p.workspace}  status: [bold]{h.status}[/]"
     )
-    arguments = json.dumps(mask_secrets(p.arguments), ensure_ascii=False)
+    arguments = json.dumps(p.arguments, ensure_ascii=False)
     console.print(Text(f"tool {p.tool}  arguments {arguments}"))
     if p.intent:
-        console.print(Text(f"intent (not trusted): {p.intent}"))
+        console.print(Text(f'intent — {INTENT_LABEL}: "{p.intent}"'))
     console.print(
         f"risk: {c.risk_class} ({c.severity})"
         + (f" categories {', '.join(c.categories)}" if c.categories else "")

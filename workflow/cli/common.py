@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -13,13 +14,14 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 import typer
 from rich.console import Console
 
-from workflow.datadir import LOCAL_KEY_FILE, URL_FILE
+from workflow.datadir import LOCAL_KEY_FILE
 from workflow.errors import ConfigError, ConnectError
 
 if TYPE_CHECKING:
     from nats.aio.client import Client as NATS
     from pydantic import BaseModel
 
+    from workflow.client.connection import Role
     from workflow.signing import ApproverKey
     from workflow.subjects import Subjects
 
@@ -61,42 +63,33 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def resolve_url(nats_url: str | None, data_dir: Path) -> str:
-    if nats_url:
-        return nats_url
-    recorded = data_dir / URL_FILE
-    if recorded.exists():
-        return recorded.read_text().strip()
-    raise ConfigError(
-        f"no NATS URL: pass --nats-url, set HEADGATE_NATS_URL, or run this in the directory "
-        f"where `headgate serve` runs (it records its URL in {recorded})."
-    )
+#: Seconds a command waits for NATS before it gives up with one line (`--connect-timeout`).
+CLI_CONNECT_TIMEOUT = 3.0
 
 
 @asynccontextmanager
-async def connected(nats_url: str | None, data_dir: Path) -> AsyncIterator[NATS]:
-    import nats
+async def connected(
+    nats_url: str | None,
+    data_dir: Path,
+    *,
+    role: Role | None = None,
+    connect_timeout: float = CLI_CONNECT_TIMEOUT,
+) -> AsyncIterator[NATS]:
+    """A connection as `role` (default: approver), found by `resolve_nats` (option,
+    environment, data dir)."""
+    from workflow.client import connection
+    from workflow.client.connection import Role, resolve_nats
 
-    url = resolve_url(nats_url, data_dir)
+    target = resolve_nats(nats_url, role=role or Role.APPROVER, data_dir=data_dir)
     try:
-        nc = await nats.connect(
-            servers=url.split(","),
-            connect_timeout=3,
-            max_reconnect_attempts=2,
-            allow_reconnect=False,
-            user=os.environ.get("HEADGATE_NATS_USER"),
-            password=os.environ.get("HEADGATE_NATS_PASSWORD"),
-            user_credentials=os.environ.get("HEADGATE_NATS_CREDS"),
-        )
-    except Exception as exc:
-        raise ConnectError(
-            f"cannot reach NATS at {url} ({exc or type(exc).__name__}); is `headgate serve` "
-            "running?"
-        ) from exc
+        nc = await connection.connect(target, name="headgate-cli", connect_timeout=connect_timeout)
+    except ConnectError as exc:
+        raise ConnectError(f"{exc}; is `headgate serve` running?") from None
     try:
         yield nc
     finally:
-        await nc.drain()
+        with contextlib.suppress(Exception):
+            await nc.drain()
 
 
 async def api_call(

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from workflow import datadir
 from workflow.cli.common import DEFAULT_DATA_DIR, DataDir, JsonOut, console, print_json
+from workflow.client.display import mask_text
 from workflow.errors import ConfigError, describe_invalid
 
 if TYPE_CHECKING:
@@ -160,6 +161,16 @@ def keys_new(
     )
 
 
+@keys_app.command("show")
+def keys_show(
+    seed: Annotated[Path, typer.Argument(metavar="SEED", help="An approver seed file (SU…).")],
+) -> None:
+    """Print the public key of an existing seed (the `key` to register in the policy)."""
+    from workflow.signing import ApproverKey
+
+    sys.stdout.write(ApproverKey.from_file(seed).public_key + "\n")
+
+
 audit_app = typer.Typer(help="The tamper-evident audit log.", no_args_is_help=True)
 
 DbOpt = Annotated[
@@ -271,7 +282,7 @@ def _print_audit(rows: list[Any], json_out: bool) -> None:
             )
         console.print(
             f"{r.seq:>6} {r.at[:19]} {r.kind:<18} {r.actor:<16} "
-            f"{r.proposal_id or r.request_id or '':<28} {what}",
+            f"{r.proposal_id or r.request_id or '':<28} {mask_text(what)}",
             highlight=False,
             markup=False,
         )

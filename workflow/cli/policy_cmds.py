@@ -19,17 +19,73 @@ from workflow.cli.common import (
     api_call,
     connected,
     console,
+    err_console,
     print_json,
 )
 from workflow.errors import ConfigError, describe_invalid
 from workflow.subjects import Subjects
 
 if TYPE_CHECKING:
-    from workflow.messages import Classification, Proposal, Verdict
-    from workflow.policy.catalog import CatalogTool
+    from pydantic import ValidationError
 
-# The classifier and the policy engine are imported by the commands that run them, not when
-# the CLI starts (see `workflow.cli`).
+    from workflow.classify.engine import classify
+    from workflow.client.display import mask_secrets, mask_text
+    from workflow.messages import (
+        Classification,
+        GetQuery,
+        OfferedQuery,
+        OfferedReply,
+        Proposal,
+        ProposalHistory,
+        Verdict,
+    )
+    from workflow.policy.catalog import (
+        CatalogTool,
+        load_catalog_text,
+        offered_tools,
+        parse_catalog,
+        pin_tools,
+        review_catalog,
+    )
+    from workflow.policy.coverage import approval_gaps
+    from workflow.policy.engine import evaluate
+    from workflow.policy.explain import explain_data, explain_lines
+    from workflow.policy.load import load_policy
+    from workflow.policy.model import Policy, default_policy
+
+
+def _runtime() -> None:
+    """Import what the commands use, when one runs: the classifier and the policy engine are
+    not loaded when the CLI starts (see `workflow.cli.common`)."""
+    from pydantic import ValidationError  # noqa: F401
+
+    from workflow.classify.engine import classify  # noqa: F401
+    from workflow.client.display import mask_secrets, mask_text  # noqa: F401
+    from workflow.messages import (  # noqa: F401
+        Classification,
+        GetQuery,
+        OfferedQuery,
+        OfferedReply,
+        Proposal,
+        ProposalHistory,
+        Verdict,
+    )
+    from workflow.policy.catalog import (  # noqa: F401
+        CatalogTool,
+        load_catalog_text,
+        offered_tools,
+        parse_catalog,
+        pin_tools,
+        review_catalog,
+    )
+    from workflow.policy.coverage import approval_gaps  # noqa: F401
+    from workflow.policy.engine import evaluate  # noqa: F401
+    from workflow.policy.explain import explain_data, explain_lines  # noqa: F401
+    from workflow.policy.load import load_policy  # noqa: F401
+    from workflow.policy.model import Policy, default_policy  # noqa: F401
+
+    globals().update(locals())
+
 
 policy_app = typer.Typer(help="Check a policy file.", no_args_is_help=True)
 tools_app = typer.Typer(
@@ -43,8 +99,6 @@ ToolsOpt = Annotated[
 
 
 def _catalog(path: Path) -> list[CatalogTool]:
-    from workflow.policy.catalog import load_catalog_text
-
     try:
         text = path.read_text()
     except OSError as exc:
@@ -62,13 +116,15 @@ def policy_check(
 ) -> None:
     """Validate a policy file; with --tools, list every tool that is not a pure read and has
     no explicit entry (exit 1 when there is one)."""
-    from workflow.policy.catalog import review_catalog
-    from workflow.policy.load import load_policy
-
+    _runtime()
     policy = load_policy(file)
+    gaps = [gap.sentence() for gap in approval_gaps(policy)]
+    if not json_out:
+        for gap in gaps:
+            err_console.print(f"[yellow]warning:[/] {escape(gap)}", highlight=False)
     if tools is None:
         if json_out:
-            print_json({"ok": True, "revision": policy.revision})
+            print_json({"ok": True, "revision": policy.revision, "warnings": gaps})
         else:
             console.print(f"[green]{file} is valid[/] (revision {policy.revision})")
         return
@@ -78,6 +134,7 @@ def policy_check(
             {
                 "ok": not review.unreviewed,
                 "revision": policy.revision,
+                "warnings": gaps,
                 "unreviewed": [u.sentence() for u in review.unreviewed],
                 "inherited": [i.sentence() for i in review.inherited],
                 "reviewed": review.reviewed,
@@ -115,10 +172,7 @@ def explain(
     json_out: JsonOut = False,
 ) -> None:
     """Print the policy trail that decided a proposal: each step that applied, and why."""
-    from pydantic import ValidationError
-
-    from workflow.messages import GetQuery, Proposal, ProposalHistory
-
+    _runtime()
     if (ident is None) == (proposal is None):
         raise ConfigError("give either a proposal/request ID or --proposal FILE")
     if proposal is not None:
@@ -131,12 +185,7 @@ def explain(
             raise ConfigError(f"{proposal} is not JSON: {exc.msg}") from exc
         except ValidationError as exc:
             raise ConfigError(f"{proposal}: invalid proposal: {describe_invalid(exc)}") from exc
-        from workflow.classify.engine import classify
-        from workflow.policy.engine import evaluate
-        from workflow.policy.load import load_policy
-        from workflow.policy.model import default_policy
-
-        pol = load_policy(policy) if policy else default_policy()
+        pol: Policy = load_policy(policy) if policy else default_policy()
         cls = classify(call, pol.tables_for(call.tool, call.tool_definition))
         _print_explanation(evaluate(call, cls, pol), cls, call, json_out)
         return
@@ -155,13 +204,11 @@ def explain(
 def _print_explanation(
     verdict: Verdict, cls: Classification, call: Proposal, json_out: bool
 ) -> None:
-    from workflow.policy.explain import explain_data, explain_lines
-
-    if json_out:
-        print_json(explain_data(verdict, cls, call))
+    if json_out:  # secrets masked here too: the trail quotes arguments and commands
+        print_json(mask_secrets(explain_data(verdict, cls, call)))
         return
     for line in explain_lines(verdict, cls, call):
-        console.print(line, highlight=False, markup=False)
+        console.print(mask_text(line), highlight=False, markup=False)
 
 
 @tools_app.command("offered")
@@ -185,16 +232,12 @@ def tools_offered(
 ) -> None:
     """Which tools an agent should be offered: allowed and approvable ones, not denied ones.
     Every call is still decided again when it is made."""
-    from workflow.messages import OfferedQuery, OfferedReply
-
+    _runtime()
     try:
         raw: Any = json.loads(tools.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read the tool catalog {tools}: {exc}") from exc
     if policy is not None:
-        from workflow.policy.catalog import offered_tools, parse_catalog
-        from workflow.policy.load import load_policy
-
         reply = offered_tools(
             load_policy(policy), parse_catalog(raw, source=str(tools)), agent, workspace, read_only
         )
@@ -240,8 +283,7 @@ def tools_pin(
 
     From --tools FILE, or else from the tool definitions of proposals the service has seen.
     A tool whose definition later changes is treated as unknown until pinned again."""
-    from workflow.policy.catalog import pin_tools
-
+    _runtime()
     if tools is not None:
         catalog = _catalog(tools)
     else:
@@ -270,8 +312,6 @@ def tools_pin(
 
 async def _seen_tools(data_dir: Path, database_url: str | None) -> list[CatalogTool]:
     from workflow.cli.offline import _db_url
-    from workflow.messages import Proposal
-    from workflow.policy.catalog import CatalogTool
     from workflow.store.repo import Store
 
     store = await Store.open(_db_url(database_url, data_dir))

@@ -65,6 +65,22 @@ def serve(
         str | None,
         typer.Option("--nats-creds", envvar="HEADGATE_NATS_CREDS", help="NATS credentials file."),
     ] = None,
+    nats_nkey: Annotated[
+        str | None,
+        typer.Option("--nats-nkey", envvar="HEADGATE_NATS_NKEY", help="NATS nkey seed file."),
+    ] = None,
+    nats_port: Annotated[
+        int | None,
+        typer.Option(
+            "--nats-port",
+            envvar="HEADGATE_NATS_PORT",
+            min=0,
+            max=65535,
+            help="Port of the embedded nats-server (loopback). Default: the one it had last "
+            "time in this data dir, so connected clients reconnect after a restart; 0 = a "
+            "free one.",
+        ),
+    ] = None,
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -73,6 +89,15 @@ def serve(
             help="Serve Prometheus /metrics, /healthz and /readyz on this port (0 = any free).",
         ),
     ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option(
+            "--metrics-host",
+            envvar="HEADGATE_METRICS_HOST",
+            help="Address the metrics port listens on; 0.0.0.0 for every interface (a "
+            "container, a scraper on another host).",
+        ),
+    ] = "127.0.0.1",
     connect_timeout: Annotated[
         float,
         typer.Option(
@@ -101,7 +126,12 @@ def serve(
     log_format: Annotated[LogFormat, typer.Option("--log-format")] = LogFormat.console,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
 ) -> None:
-    """Run the gateway. Without --nats-url it starts an embedded nats-server with JetStream."""
+    """Run the gateway. Without --nats-url it starts an embedded nats-server with JetStream.
+
+    The embedded server listens on loopback and admits only the users `serve` writes into
+    the data dir (`credentials/service.nk`, `agent.nk`, `approver.nk`, mode 0600); the CLI and
+    the SDKs find them there.
+    """
     setup_logging(
         log_format.value,
         log_level,
@@ -121,7 +151,10 @@ def serve(
         nats_user=nats_user,
         nats_password=nats_password,
         nats_creds=nats_creds,
+        nats_nkey=nats_nkey,
+        nats_port=nats_port,
         metrics_port=metrics_port,
+        metrics_host=metrics_host,
         connect_timeout=connect_timeout,
         intake_processes=intake_processes,
         intake_worker=intake_worker,

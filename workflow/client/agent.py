@@ -8,6 +8,7 @@ async with Headgate.connect(url, agent="builder-7", workspace="acme") as hg:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import uuid
@@ -21,9 +22,10 @@ from typing import Any, ParamSpec, TypeVar
 from nats.aio.client import Client as NATS
 
 from workflow.client import transport
+from workflow.client.connection import DEFAULT_CONNECT_TIMEOUT, NatsTarget, Role, resolve_nats
 from workflow.client.errors import NoLedger, NotProcessed, ResultTimeout, ToolBlocked
 from workflow.client.ledger import Ledger
-from workflow.client.results import Event, OutcomeEvent, ResultRouter
+from workflow.client.results import Event, OutcomeEvent, ResultRouter, Watch
 from workflow.client.worker import (
     ACK_WAIT,
     BlockedHandler,
@@ -65,6 +67,8 @@ class Ticket:
     request_id: str | None = None
     expires_at: datetime | None = None
     _outcome: OutcomeEvent | None = field(default=None, repr=False)
+    #: Keeps this proposal's watch alive while the outcome is awaited (see `ResultRouter`).
+    _watch: Watch | None = field(default=None, repr=False)
 
     @property
     def proposal_id(self) -> str:
@@ -115,23 +119,41 @@ class Headgate:
     @asynccontextmanager
     async def connect(
         cls,
-        url: str,
+        url: str | NatsTarget | None = None,
         *,
         agent: str,
         workspace: str = "default",
         prefix: str = "headgate",
         state_dir: Path | None = None,
+        data_dir: Path | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        max_reconnect_attempts: int = -1,
         **nats_options: Any,
     ) -> AsyncIterator[Headgate]:
-        """Connect, subscribe to this agent's results, and close everything on exit."""
-        nc = await transport.connect(url, name=f"headgate-agent-{agent}", **nats_options)
+        """Connect, subscribe to this agent's results, and close everything on exit.
+
+        `url` (or, without it, `HEADGATE_NATS_URL` or the URL a local `headgate serve` recorded
+        in `data_dir`) is where to connect; the agent credentials come from the environment or
+        the data dir (see `workflow.client.connection.resolve_nats`), or pass a `NatsTarget`.
+        The first connect fails with `ConnectError` after `connect_timeout` seconds; afterwards
+        the connection is re-established after a restart of the server (`max_reconnect_attempts`
+        per server, -1 for ever), and the results consumer resumes where it stopped.
+        """
+        target = url if isinstance(url, NatsTarget) else resolve_nats(
+            url, role=Role.AGENT, data_dir=data_dir
+        )  # fmt: skip
+        nc = await transport.connect(
+            target, name=f"headgate-agent-{agent}", connect_timeout=connect_timeout,
+            max_reconnect_attempts=max_reconnect_attempts, **nats_options,
+        )  # fmt: skip
         client = cls(nc, agent=agent, workspace=workspace, prefix=prefix, state_dir=state_dir)
         try:
             await client.start()
             yield client
         finally:
             await client.close()
-            await nc.drain()
+            with contextlib.suppress(Exception):
+                await nc.drain()
 
     async def start(self) -> None:
         # Before any publish: the results consumer starts at the stream's end, so every event
@@ -188,16 +210,24 @@ class Headgate:
         await transport.publish(self.nc, self.subjects.proposals(self.agent), proposal, proposal.id)
         known = await transport.poll(
             lambda: transport.history(self.nc, self.subjects, proposal.id, agent=self.agent),
-            timeout=timeout, first=0.005, interrupt=watch.first,
+            timeout=timeout, first=0.005, interrupt=watch.first, grace=0.1,
         )  # fmt: skip
+        ticket: Ticket | None = None
         if watch.first.done():
             ticket = self._ticket_from_event(proposal, watch.first.result())
-            if ticket is not None:
-                return ticket
-            known = await transport.history(self.nc, self.subjects, proposal.id, agent=self.agent)
-        if known is None:
-            raise NotProcessed(proposal.id, timeout)
-        return self._ticket_from_history(known)
+            if ticket is None:
+                known = await transport.history(
+                    self.nc, self.subjects, proposal.id, agent=self.agent
+                )
+        if ticket is None:
+            if known is None:
+                raise NotProcessed(proposal.id, timeout)
+            ticket = self._ticket_from_history(known)
+        if ticket._outcome is None:
+            ticket._watch = watch
+        else:  # decided with its first event (every read): nothing left to wait for
+            self.router.forget(proposal.id)
+        return ticket
 
     def _ticket_from_event(self, proposal: Proposal, event: Event) -> Ticket | None:
         if event.classification is None or event.verdict is None:  # a bare cancellation
@@ -227,14 +257,16 @@ class Headgate:
 
     async def ticket(self, proposal_id: str) -> Ticket:
         """The ticket of a proposal made earlier (by this or another process of this agent)."""
-        self.router.watch(proposal_id)  # from now on no event of it is missed
+        watch = self.router.watch(proposal_id)  # from now on no event of it is missed
         found = await transport.history(self.nc, self.subjects, proposal_id, agent=self.agent)
         if found is None:
             raise NotFoundError("proposal", proposal_id)
-        return self._ticket_from_history(found)
+        ticket = self._ticket_from_history(found)
+        ticket._watch = watch
+        return ticket
 
     async def _outcome_of(self, ticket: Ticket, timeout: float | None) -> OutcomeEvent:
-        watch = self.router.watch(ticket.proposal_id)
+        watch = ticket._watch = ticket._watch or self.router.watch(ticket.proposal_id)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         status = ticket.status
@@ -245,12 +277,14 @@ class Headgate:
                 found = await self.router.find(ticket.proposal_id, since)
                 if found is not None:
                     self.router.forget(ticket.proposal_id)
+                    ticket._watch = None
                     return found
             left = None if deadline is None else max(deadline - loop.time(), 0)
             wait = self.recheck_interval if left is None else min(self.recheck_interval, left)
             done, _ = await asyncio.wait([watch.outcome], timeout=wait)
             if done:
                 self.router.forget(ticket.proposal_id)
+                ticket._watch = None
                 return watch.outcome.result()
             try:
                 h = await transport.history(

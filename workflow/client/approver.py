@@ -8,10 +8,11 @@ async with Approver.connect(url, name="alice", key=Path("alice.seed")) as approv
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,12 +21,15 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from pydantic import ValidationError
 
 from workflow.client import transport
+from workflow.client.connection import DEFAULT_CONNECT_TIMEOUT, NatsTarget, Role, resolve_nats
 from workflow.client.display import summarize
-from workflow.errors import ConfigError
+from workflow.client.verify import Decidable, DigestMismatch, check_digest, check_inbox_item
+from workflow.errors import ConfigError, ConnectError, HeadgateError
 from workflow.messages import (
     ApprovalDecision,
     ApprovalRequirement,
@@ -46,6 +50,21 @@ log = logging.getLogger("headgate.client.approver")
 
 #: An undecided item is offered again after this long (and re-checked: gone items are acked).
 INBOX_ACK_WAIT = 300.0
+#: An item whose decision was refused, and which this approver may still decide, is offered
+#: again after this long (a refusal such as a skewed clock can be put right).
+REOFFER_DELAY = 5.0
+#: Pending requests asked for per fetched batch (their entries, not the whole proposals).
+SNAPSHOT_LIMIT = 256
+#: Refusals this approver's key can never overcome for the request: the item is not offered to
+#: it again (its result message says so).
+FINAL_REFUSALS = {
+    "unknown_key": "its key is not a registered approver",
+    "wrong_workspace": "it may not approve for this workspace",
+    "no_role": "it has none of the roles this request needs",
+    "self_approval": "it runs the agent that proposed the call",
+    "duplicate_approver": "it has already approved this request",
+    "digest_mismatch": "the request is for another version of the proposal",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +75,8 @@ class DecisionResult:
     accepted: bool | None
     message: str
     status: str
+    #: Why a refused decision was refused (`no_role`, `stale`, …), as the service names it.
+    refusal: str | None = None
 
 
 class PendingRequest:
@@ -151,48 +172,97 @@ class PendingRequest:
 
     async def _decide(self, verdict: DecisionVerdict, reason: str, wait: bool,
                       timeout: float) -> DecisionResult:  # fmt: skip
-        result = await self.approver.decide(
-            self.request_id, self.proposal_digest, verdict, reason, wait=wait, timeout=timeout
-        )
+        result = await self.approver.decide(self, verdict, reason, wait=wait, timeout=timeout)
+        if result.accepted is False and result.status == "pending":
+            final = FINAL_REFUSALS.get(result.refusal or "")
+            if final is None:
+                # Refused for a reason that can change (a skewed clock, a lost race): the item
+                # goes back to the inbox and is offered again.
+                await self._settle(nak=True, delay=self.approver.reoffer_delay)
+                return _with_note(result, "The request is offered again.")
+            await self._settle()
+            return _with_note(result, f"Not offered to {self.approver.name} again: {final}.")
         await self._settle()
         return result
 
-    async def _settle(self, *, nak: bool = False) -> None:
+    async def _settle(self, *, nak: bool = False, delay: float | None = None) -> None:
         msg, self._msg = self._msg, None
+        self.approver._offered.pop(self.request_id, None)
         if msg is not None:
+            # An ack is confirmed by the server (ack_sync): once a decision returns, its item
+            # is out of this approver's consumer, not merely on its way out.
             with contextlib.suppress(Exception):
-                await (msg.nak() if nak else msg.ack())
+                await (msg.nak(delay=delay) if nak else msg.ack_sync(timeout=5))
+
+
+def _with_note(result: DecisionResult, note: str) -> DecisionResult:
+    return DecisionResult(
+        result.nonce, result.accepted, f"{result.message} {note}".strip(), result.status,
+        result.refusal,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    entries: dict[str, PendingEntry]
+    #: Every pending request was in the answer: a request missing from it is not pending.
+    complete: bool
 
 
 class Approver:
     """An approver's connection: its inbox, and decisions signed with its key."""
 
-    def __init__(self, nc: NATS, *, name: str, key: ApproverKey | None, prefix: str = "headgate"):
+    def __init__(
+        self, nc: NATS, *, name: str, key: ApproverKey | None, prefix: str = "headgate",
+        clock: Callable[[], datetime] | None = None,
+    ):  # fmt: skip
         self.nc = nc
         self.name = name
         self.key = key  # None: read-only (inbox, pending); deciding needs a key
         self.subjects = Subjects(prefix)
-        self._offered: list[PendingRequest] = []
+        self.clock = clock or (lambda: datetime.now(UTC))
+        #: Seconds before an item whose decision was refused (and may still succeed) comes back.
+        self.reoffer_delay = REOFFER_DELAY
+        #: Items offered and not yet decided or dismissed, by request id. Bounded by the inbox
+        #: consumer's max_ack_pending: each holds an unacknowledged message.
+        self._offered: dict[str, PendingRequest] = {}
 
     @classmethod
     @asynccontextmanager
     async def connect(
-        cls, url: str, *, name: str, key: ApproverKey | Path, prefix: str = "headgate",
+        cls, url: str | NatsTarget | None = None, *, name: str, key: ApproverKey | Path,
+        prefix: str = "headgate", data_dir: Path | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, max_reconnect_attempts: int = -1,
         **nats_options: Any,
     ) -> AsyncIterator[Approver]:  # fmt: skip
+        """Connect as approver `name`, signing with `key`.
+
+        `url` (or, without it, `HEADGATE_NATS_URL` or the URL a local `headgate serve` recorded
+        in `data_dir`) is where to connect; the approver credentials come from the environment
+        or the data dir (see `workflow.client.connection.resolve_nats`), or pass a `NatsTarget`.
+        The first connect fails with `ConnectError` after `connect_timeout` seconds; afterwards
+        the connection is re-established after a restart of the server.
+        """
         signer = key if isinstance(key, ApproverKey) else ApproverKey.from_file(key)
-        nc = await transport.connect(url, name=f"headgate-approver-{name}", **nats_options)
+        target = url if isinstance(url, NatsTarget) else resolve_nats(
+            url, role=Role.APPROVER, data_dir=data_dir
+        )  # fmt: skip
+        nc = await transport.connect(
+            target, name=f"headgate-approver-{name}", connect_timeout=connect_timeout,
+            max_reconnect_attempts=max_reconnect_attempts, **nats_options,
+        )  # fmt: skip
         approver = cls(nc, name=name, key=signer, prefix=prefix)
         try:
             yield approver
         finally:
             await approver.release_undecided()
-            await nc.drain()
+            with contextlib.suppress(Exception):
+                await nc.drain()
 
     async def release_undecided(self) -> None:
         """Hand back the items offered but not decided, so the next session gets them at once
         (after a crash they come back when their ack wait passes)."""
-        for item in self._offered:
+        for item in list(self._offered.values()):
             await item._settle(nak=True)
         self._offered.clear()
 
@@ -211,7 +281,7 @@ class Approver:
 
     async def inbox(
         self, workspaces: Sequence[str] | None = None, *, batch: int = 32, poll: float = 0.5
-    ) -> AsyncIterator[PendingRequest]:
+    ) -> AsyncGenerator[PendingRequest, None]:
         """Yield each pending request once, from the durable consumer `approver-<name>`.
 
         Requests published while this approver was offline are delivered when it comes back.
@@ -233,53 +303,98 @@ class Approver:
         )  # fmt: skip
         await js.add_consumer(stream, config=config)  # creates, or updates the filters
         sub = await js.pull_subscribe_bind(durable=self.consumer, stream=stream)
-        offered: set[str] = set()
         try:
             while True:
                 try:
                     msgs = await sub.fetch(batch, timeout=poll)
                 except TimeoutError:  # nats-py raises its own or asyncio's
                     continue
+                except NatsError as exc:  # disconnected: nats-py reconnects, then fetch again
+                    if self.nc.is_closed:  # it gave up (max_reconnect_attempts): so do we
+                        raise ConnectError(f"the connection to NATS is closed ({exc})") from exc
+                    log.debug("inbox fetch failed (%s); retrying", exc)
+                    await asyncio.sleep(poll)
+                    continue
+                snapshot = await self._snapshot(workspaces)
                 for msg in msgs:
-                    item = await self._pending_item(msg, offered)
+                    item = await self._pending_item(msg, snapshot)
                     if item is not None:
-                        offered.add(item.request_id)
-                        self._offered.append(item)
+                        self._offered[item.request_id] = item
                         yield item
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
-    async def _pending_item(self, msg: Msg, offered: set[str]) -> PendingRequest | None:
+    async def _snapshot(self, workspaces: Sequence[str] | None) -> _Snapshot:
+        """What is pending now, in one query for a whole fetched batch (the items of a batch
+        are committed before they are published, so the snapshot knows them all)."""
+        query = PendingQuery(
+            workspace=workspaces[0] if workspaces and len(workspaces) == 1 else None,
+            limit=SNAPSHOT_LIMIT,
+        )
+        try:
+            reply = await transport.ask(self.nc, self.subjects.api("pending"), query, PendingReply)
+        except HeadgateError:
+            return _Snapshot({}, complete=False)  # ask about each item instead
+        entries = {e.request_id: e for e in reply.items}
+        return _Snapshot(entries, complete=len(reply.items) < SNAPSHOT_LIMIT)
+
+    async def _pending_item(self, msg: Msg, snapshot: _Snapshot) -> PendingRequest | None:
         try:
             item = InboxItem.model_validate_json(msg.data)
         except ValidationError as exc:
             log.warning("ignoring an invalid inbox item: %s", exc.errors()[0]["msg"])
             await msg.ack()
             return None
-        history = await transport.history(self.nc, self.subjects, item.request_id)
+        offered = self._offered.get(item.request_id)
+        if offered is not None:
+            # A redelivery of an item still being considered: answer through the newer copy.
+            offered._msg = msg
+            return None
+        entry = snapshot.entries.get(item.request_id)
+        if entry is None and snapshot.complete:
+            await msg.ack()  # decided, expired or cancelled meanwhile: nothing to do
+            return None
+        if entry is not None and entry.proposal_digest == item.proposal_digest:
+            with contextlib.suppress(DigestMismatch):
+                return PendingRequest(
+                    self, check_inbox_item(item, msg.headers), list(entry.approvals), msg
+                )
+        try:
+            history = await transport.history(self.nc, self.subjects, item.request_id)
+        except ConnectError:
+            history = None
         if history is None:
             await msg.nak(delay=2.0)  # the service answers for it shortly
             return None
         if history.status != "pending":
             await msg.ack()  # decided, expired or cancelled meanwhile: nothing to do
             return None
-        if item.request_id in offered:
-            return None  # a redelivery of an item still being considered
-        return PendingRequest(self, item, _approvers(history), msg)
+        shown = _trusted_item(item, history, msg.headers)
+        if shown is None:
+            await msg.ack()  # nothing that can be shown truthfully: never offered
+            return None
+        return PendingRequest(self, shown, _approvers(history), msg)
 
     async def decide(
-        self, request_id: str, proposal_digest: str, verdict: DecisionVerdict, reason: str = "",
-        *, wait: bool = True, timeout: float = 10.0,
+        self, request: Decidable, verdict: DecisionVerdict, reason: str = "", *,
+        wait: bool = True, timeout: float = 10.0,
     ) -> DecisionResult:  # fmt: skip
-        """Sign and publish a decision; with `wait`, return what the collector made of it."""
+        """Sign and publish a decision on `request` (a `PendingRequest`, an `InboxItem`, a
+        `ProposalHistory` …); with `wait`, return what the collector made of it.
+
+        The digest signed is the one `request` carries, and only after the proposal it shows
+        hashes to it: `DigestMismatch` otherwise, and nothing is signed.
+        """
         if self.key is None:
             raise ConfigError(f"approver {self.name} has no signing key; it can only read")
+        check_digest(request.request_id, request.proposal, request.proposal_digest)
+        request_id = request.request_id
         decision = self.key.sign_decision(
             ApprovalDecision(
-                request_id=request_id, proposal_digest=proposal_digest, verdict=verdict,
+                request_id=request_id, proposal_digest=request.proposal_digest, verdict=verdict,
                 approver=self.name, reason=reason, nonce=uuid.uuid4().hex,
-                issued_at=datetime.now(UTC),
+                issued_at=self.clock(),
             )
         )  # fmt: skip
         await transport.publish(
@@ -302,6 +417,48 @@ class Approver:
         return found
 
 
+def _trusted_item(
+    item: InboxItem, history: ProposalHistory, headers: dict[str, str] | None
+) -> InboxItem | None:
+    """The item to show: the one received when it is what the service holds, else the service's
+    own record of the request (a forged or stale copy is never shown), else None."""
+    try:
+        checked = check_inbox_item(item, headers)
+        if checked.proposal_digest == history.proposal_digest:
+            return checked
+        why = "its digest is not the one the service holds for the request"
+    except DigestMismatch as exc:
+        why = exc.why
+    log.warning(
+        "inbox item for request %s does not show what a decision would approve (%s); "
+        "showing the service's record instead", item.request_id, why,
+    )  # fmt: skip
+    if history.request_id != item.request_id or history.requirement is None:
+        return None
+    if history.expires_at is None:
+        return None
+    try:
+        record = InboxItem(
+            request_id=item.request_id, proposal_id=history.proposal.id,
+            proposal=history.proposal, proposal_digest=history.proposal_digest,
+            classification=history.classification, verdict=history.verdict,
+            requirement=history.requirement, created_at=_held_at(history, item),
+            expires_at=history.expires_at,
+        )  # fmt: skip
+        return check_inbox_item(record)
+    except (DigestMismatch, ValidationError) as exc:
+        log.error("the service's record of request %s is not consistent either: %s",
+                  item.request_id, exc)  # fmt: skip
+        return None
+
+
+def _held_at(history: ProposalHistory, item: InboxItem) -> datetime:
+    for event in history.events:
+        if event.kind == "held":
+            return event.at
+    return item.created_at
+
+
 def _approvers(history: ProposalHistory) -> list[str]:
     return [a.approver for a in history.approvals]
 
@@ -310,5 +467,9 @@ def _result_for(history: ProposalHistory, nonce: str) -> DecisionResult | None:
     for event in history.events:
         if event.data.get("nonce") == nonce:
             message = str(event.data.get("message") or event.summary)
-            return DecisionResult(nonce, event.kind == "decision.accepted", message, history.status)
+            refusal = event.data.get("refusal")
+            return DecisionResult(
+                nonce, event.kind == "decision.accepted", message, history.status,
+                str(refusal) if refusal else None,
+            )  # fmt: skip
     return None

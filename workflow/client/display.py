@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
+from workflow.messages import PendingEntry, ProposalHistory
+
 MASK = "••••"
 
 #: Argument names whose values are secrets whatever they look like (compared without case,
@@ -159,11 +161,23 @@ class Summarizable(Protocol):
     def expires_at(self) -> datetime: ...
 
 
+#: How the agent's own description of a call is introduced wherever it is shown: it is what
+#: the agent says, which a prompt-injected agent can make up.
+INTENT_LABEL = "the agent says (unverified)"
+
+
+def intent_text(intent: str | None, limit: int = 160) -> str | None:
+    """The intent as shown to a human: secrets masked, on one line, shortened; None if none."""
+    if not intent or not intent.strip():
+        return None
+    return _shorten(mask_text(intent), limit)
+
+
 def summarize(item: Summarizable, now: datetime | None = None) -> str:
     """One line naming what is pending, e.g.
 
     ``builder-7 wants run_shell `git push origin main` in acme — exec (high), 0/1 approvals,
-    expires in 59m``
+    expires in 59m; the agent says (unverified): "publish the fix"``
     """
     target = target_of(item.arguments)
     what = f"{item.tool} `{target}`" if target else item.tool
@@ -179,4 +193,65 @@ def summarize(item: Summarizable, now: datetime | None = None) -> str:
     if now is not None:
         left = time_left(item.expires_at, now)
         parts.append(left if left == "expired" else f"expires in {left}")
-    return f"{parts[0]} — " + ", ".join(parts[1:])
+    line = f"{parts[0]} — " + ", ".join(parts[1:])
+    said = intent_text(_intent_of(item))
+    return f'{line}; {INTENT_LABEL}: "{said}"' if said else line
+
+
+def _intent_of(item: Summarizable) -> str | None:
+    intent = getattr(item, "intent", None)
+    if intent is None:
+        proposal = getattr(item, "proposal", None)
+        intent = getattr(proposal, "intent", None)
+    return intent if isinstance(intent, str) else None
+
+
+def masked_entry(entry: PendingEntry) -> PendingEntry:
+    """A pending entry as a human or a script may see it: secrets masked in the arguments, the
+    reasons and the intent (the digest still names the real proposal)."""
+    return entry.model_copy(
+        update={
+            "arguments": mask_secrets(entry.arguments),
+            "reasons": [mask_text(r) for r in entry.reasons],
+            "intent": mask_text(entry.intent) if entry.intent else entry.intent,
+        }
+    )
+
+
+def masked_history(history: ProposalHistory) -> ProposalHistory:
+    """A proposal's history with secrets masked wherever a human reads text: arguments,
+    intent, classification reasons, the verdict and its trail, approvals and events."""
+    p, c, v = history.proposal, history.classification, history.verdict
+    proposal = p.model_copy(
+        update={
+            "arguments": mask_secrets(p.arguments),
+            "intent": mask_text(p.intent) if p.intent else p.intent,
+        }
+    )
+    reasons = [r.model_copy(update={"message": mask_text(r.message)}) for r in c.reasons]
+    trail = [t.model_copy(update={"message": mask_text(t.message)}) for t in v.trail]
+    return history.model_copy(
+        update={
+            "proposal": proposal,
+            "classification": c.model_copy(update={"reasons": reasons}),
+            "verdict": v.model_copy(update={"reason": mask_text(v.reason), "trail": trail}),
+            "approvals": [
+                a.model_copy(update={"reason": mask_text(a.reason)}) for a in history.approvals
+            ],
+            "events": [
+                e.model_copy(update={"summary": mask_text(e.summary), "data": _masked_data(e.data)})
+                for e in history.events
+            ],
+        }
+    )
+
+
+#: Event fields holding text a person wrote or a tool printed. The rest (keys, signatures,
+#: the signed decision itself) is verification material and stays as it is.
+_TEXT_FIELDS = ("message", "reason", "summary")
+
+
+def _masked_data(data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: mask_text(v) if k in _TEXT_FIELDS and isinstance(v, str) else v for k, v in data.items()
+    }

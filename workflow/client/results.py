@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -22,6 +23,7 @@ from nats.aio.subscription import Subscription
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from pydantic import ValidationError
 
+from workflow.client.connection import when_reconnected
 from workflow.messages import Blocked, Held, Released
 from workflow.subjects import Subjects
 
@@ -30,6 +32,10 @@ log = logging.getLogger("headgate.client")
 #: The terminal event of a proposal (its `outcomes.Outcome` is `released` or a blocked one).
 OutcomeEvent = Released | Blocked
 Event = Held | Released | Blocked
+
+#: Seconds between the server's heartbeats on an idle results consumer; two missed ones make
+#: nats-py recreate the consumer.
+HEARTBEAT = 2.0
 
 #: Slack between the service's clock (proposal times) and the server's (stream timestamps).
 CLOCK_SLACK = timedelta(minutes=5)
@@ -42,7 +48,11 @@ def results_filter(subjects: Subjects, agent: str) -> str:
 
 
 def parse_event(subjects: Subjects, msg: Msg) -> Event | None:
-    """The event in a results-stream message, or None (logged) when it is not one."""
+    """The event in a results-stream message, or None (logged) when it is not one.
+
+    Every results event a client acts on (the router's, `find`'s, the unattended worker's)
+    passes here with its message, headers included: where a check of the service's signature
+    belongs once the service signs its events."""
     try:
         if subjects.token_after(msg.subject, "released") is not None:
             return Released.model_validate_json(msg.data)
@@ -67,35 +77,96 @@ class Watch:
 
 @dataclass
 class ResultRouter:
+    """Routes this agent's events to the watches of their proposals.
+
+    A watch lives as long as something holds it (the ticket of its proposal, or a call waiting
+    on it) and no longer: the router keeps it by weak reference, and forgets it as soon as the
+    outcome is known. An agent that proposes for days keeps no watch per past proposal.
+    """
+
     nc: NATS
     subjects: Subjects
     agent: str
-    watches: dict[str, Watch] = field(default_factory=dict)
+    watches: weakref.WeakValueDictionary[str, Watch] = field(
+        default_factory=weakref.WeakValueDictionary
+    )
     _sub: Subscription | None = None
+    #: The stream sequence of the last event routed, and when the router started: where a
+    #: consumer made after a reconnect resumes.
+    _last_seq: int = 0
+    _started: datetime | None = None
+    _resuming: asyncio.Task[None] | None = None
+    _stopped: bool = False
 
     async def start(self) -> None:
-        js = self.nc.jetstream()
-        self._sub = await js.subscribe(
+        self._started = datetime.now(UTC)
+        self._sub = await self._subscribe(ConsumerConfig(deliver_policy=DeliverPolicy.NEW))
+        when_reconnected(self.nc, self._after_reconnect)
+
+    async def _subscribe(self, config: ConsumerConfig) -> Subscription:
+        return await self.nc.jetstream().subscribe(
             results_filter(self.subjects, self.agent),
             stream=self.subjects.stream("results"),
             ordered_consumer=True,
-            deliver_policy=DeliverPolicy.NEW,
+            idle_heartbeat=HEARTBEAT,
+            config=config,
             cb=self._on_message,
         )
 
+    async def _after_reconnect(self) -> None:
+        # The server may have restarted and lost the ephemeral consumer: make a new one at
+        # once (nats-py would notice only after two missed heartbeats).
+        if not self._stopped and (self._resuming is None or self._resuming.done()):
+            self._resuming = asyncio.create_task(self.resume())
+
+    async def resume(self, attempts: int = 60) -> None:
+        """A new ordered consumer from the event after the last one routed (events delivered
+        twice are harmless: a watch takes its first)."""
+        if self._last_seq:
+            config = ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=self._last_seq + 1
+            )
+        else:
+            since = (self._started or datetime.now(UTC)) - CLOCK_SLACK
+            config = ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=since
+            )
+        for _ in range(attempts):  # JetStream may still be recovering its streams
+            if self._stopped:
+                return
+            try:
+                fresh = await self._subscribe(config)
+            except Exception as exc:
+                log.debug("results consumer not made yet (%s); retrying", exc)
+                await asyncio.sleep(0.5)
+                continue
+            old, self._sub = self._sub, fresh
+            if old is not None:
+                with contextlib.suppress(Exception):
+                    await old.unsubscribe()
+            return
+        log.warning("could not make a new results consumer after reconnecting; relying on "
+                    "the periodic status check")  # fmt: skip
+
     async def stop(self) -> None:
+        self._stopped = True
+        if self._resuming is not None:
+            self._resuming.cancel()
+            with contextlib.suppress(BaseException):
+                await self._resuming
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
             self._sub = None
-        for watch in self.watches.values():
+        for watch in list(self.watches.values()):
             for fut in (watch.first, watch.outcome):
                 if not fut.done():
                     fut.cancel()
         self.watches.clear()
 
     def watch(self, proposal_id: str) -> Watch:
-        """Register interest in a proposal (before publishing it); idempotent."""
+        """Register interest in a proposal (before publishing it); idempotent. The caller keeps
+        the watch it gets: the router drops it when nothing else refers to it."""
         found = self.watches.get(proposal_id)
         if found is None:
             loop = asyncio.get_running_loop()
@@ -115,6 +186,8 @@ class ResultRouter:
             watch.outcome.set_result(event)
 
     async def _on_message(self, msg: Msg) -> None:
+        with contextlib.suppress(Exception):
+            self._last_seq = max(self._last_seq, msg.metadata.sequence.stream)
         event = parse_event(self.subjects, msg)
         if event is not None:
             self.deliver(event)

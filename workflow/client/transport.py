@@ -1,17 +1,22 @@
-"""What both SDKs share: connecting, JetStream publishes with `Nats-Msg-Id`, API queries."""
+"""What both SDKs share: connecting (`connection.connect`), JetStream publishes with
+`Nats-Msg-Id`, API queries."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import nats
 from nats.aio.client import Client as NATS
-from nats.errors import NoRespondersError
+from nats.errors import ConnectionReconnectingError, NoRespondersError
+from nats.errors import Error as NatsError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.errors import ServiceUnavailableError
 from pydantic import BaseModel
 
+from workflow.client.connection import connect as connect
 from workflow.errors import ConnectError, HeadgateError
 from workflow.messages import ApiError, GetQuery, ProposalHistory
 from workflow.subjects import Subjects
@@ -20,23 +25,38 @@ M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 
-async def connect(url: str, *, name: str, **options: Any) -> NATS:
-    """Connect to NATS (comma-separated URLs for a cluster), reconnecting forever afterwards."""
-    try:
-        return await nats.connect(
-            servers=url.split(","), name=name, connect_timeout=3, allow_reconnect=True,
-            max_reconnect_attempts=-1, reconnect_time_wait=0.5, **options,
-        )  # fmt: skip
-    except Exception as exc:
-        raise ConnectError(f"cannot reach NATS at {url} ({exc or type(exc).__name__})") from exc
+#: Seconds a JetStream publish is retried while the server cannot confirm it (restarting).
+PUBLISH_TIMEOUT = 15.0
 
 
-async def publish(nc: NATS, subject: str, body: BaseModel, msg_id: str) -> bool:
-    """Publish into JetStream, deduplicated by `msg_id`; True when the server already had it."""
-    ack = await nc.jetstream().publish(
-        subject, body.model_dump_json().encode(), headers={"Nats-Msg-Id": msg_id}
-    )
-    return bool(ack.duplicate)
+async def publish(
+    nc: NATS, subject: str, body: BaseModel, msg_id: str, *, timeout: float = PUBLISH_TIMEOUT
+) -> bool:
+    """Publish into JetStream, deduplicated by `msg_id`; True when the server already had it.
+
+    While the server cannot confirm it (reconnecting, JetStream recovering after a restart) the
+    same message is published again, which `msg_id` makes harmless, for up to `timeout` seconds.
+    """
+    data = body.model_dump_json().encode()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    delay = 0.05
+    while True:
+        left = deadline - loop.time()
+        try:
+            ack = await nc.jetstream().publish(
+                subject, data, headers={"Nats-Msg-Id": msg_id}, timeout=max(min(2.0, left), 0.1)
+            )
+            return bool(ack.duplicate)
+        except (NatsTimeoutError, NoRespondersError, ServiceUnavailableError,
+                ConnectionReconnectingError) as exc:  # fmt: skip
+            if loop.time() + delay >= deadline:
+                raise ConnectError(
+                    f"JetStream did not confirm the publish on {subject} within {timeout:g}s "
+                    f"({exc or type(exc).__name__})"
+                ) from exc
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
 
 class ApiRefused(HeadgateError):
@@ -53,6 +73,8 @@ async def ask(nc: NATS, subject: str, body: BaseModel, reply: type[M], timeout: 
         ) from exc
     except TimeoutError as exc:  # nats-py's TimeoutError is one too
         raise ConnectError(f"the Headgate service did not answer within {timeout:g}s") from exc
+    except NatsError as exc:  # closed, reconnecting, a permissions violation
+        raise ConnectError(f"cannot ask {subject}: {exc}") from exc
     data = json.loads(msg.data)
     if isinstance(data, dict) and set(data) == {"error"}:
         raise ApiRefused(ApiError.model_validate(data).error)
@@ -94,17 +116,26 @@ async def poll(
     first: float = 0.005,
     cap: float = 0.25,
     interrupt: asyncio.Future[Any] | None = None,
+    grace: float = 0.0,
 ) -> T | None:
     """Call `probe` with a doubling backoff until it returns a value, the time is up (None), or
-    `interrupt` completes (None): for state the service announces no event for."""
+    `interrupt` completes (None): for state the service announces no event for.
+
+    With `interrupt`, the first probe waits `grace` seconds for it (the event usually comes
+    first, and a query costs the service more than an event), and a probe in flight is
+    abandoned as soon as `interrupt` completes.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     delay = first
+    if interrupt is not None and grace > 0:
+        await asyncio.wait([interrupt], timeout=min(grace, timeout))
+        if interrupt.done():
+            return None
     while True:
-        try:
-            value = await probe()
-        except ConnectError:
-            value = None  # the service may be restarting: keep trying until the deadline
+        value = await _probe_once(probe, interrupt)
+        if interrupt is not None and interrupt.done():
+            return None
         if value is not None:
             return value
         left = deadline - loop.time()
@@ -118,3 +149,20 @@ async def poll(
         else:
             await asyncio.sleep(pause)
         delay = min(delay * 2, cap)
+
+
+async def _probe_once(
+    probe: Callable[[], Awaitable[T | None]], interrupt: asyncio.Future[Any] | None
+) -> T | None:
+    task = asyncio.ensure_future(probe())
+    if interrupt is not None:
+        await asyncio.wait([task, interrupt], return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            return None
+    try:
+        return await task
+    except ConnectError:
+        return None  # the service may be restarting: keep trying until the deadline

@@ -72,6 +72,7 @@ async def pending(ctx: ServiceContext, query: PendingQuery, subject: str = "") -
                 workspace=row.workspace,
                 tool=proposal.tool,
                 arguments=proposal.arguments,
+                intent=proposal.intent,
                 risk_class=cls.risk_class,
                 severity=cls.severity,
                 reasons=[r.message for r in cls.reasons],

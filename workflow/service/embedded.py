@@ -71,6 +71,8 @@ class EmbeddedNats:
     store_dir: Path
     port: int = -1
     monitor: bool = True
+    #: A config file (accounts, users); the flags below override what it says.
+    config: Path | None = None
     extra_args: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
     url: str = ""
@@ -85,6 +87,7 @@ class EmbeddedNats:
         log = self.store_dir / "nats-server.log"
         args = [
             find_nats_server(),
+            *(["-c", str(self.config)] if self.config is not None else []),
             "-js",
             "-a",
             "127.0.0.1",
@@ -110,6 +113,7 @@ class EmbeddedNats:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 err = self.process.stderr.read().decode() if self.process.stderr else ""
+                self._close_pipes()
                 tail = log.read_text()[-2000:] if log.exists() else ""
                 raise HeadgateError(f"nats-server exited at start: {err or tail}".strip())
             ports = list(ports_dir.glob(f"*_{self.process.pid}.ports"))

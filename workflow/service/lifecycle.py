@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 from functools import partial
+from pathlib import Path
 
 from faststream.nats import NatsBroker
 from faststream.security import SASLPlaintext
@@ -18,12 +19,15 @@ from nats.js import JetStreamContext
 from workflow import datadir
 from workflow.effects import AuditEntry
 from workflow.errors import ConfigError, ConnectError, HeadgateError
+from workflow.policy.coverage import approval_gaps
 from workflow.policy.load import load_policy
+from workflow.policy.model import Policy
 from workflow.service.background import every
 from workflow.service.broker import build_app
 from workflow.service.collector import Collector
 from workflow.service.context import ServiceContext
 from workflow.service.embedded import EmbeddedNats
+from workflow.service.embedded_access import prepare_access
 from workflow.service.intake import Intake
 from workflow.service.metrics import HealthServer
 from workflow.service.settings import Settings, load_settings_policy
@@ -43,7 +47,9 @@ from workflow.subjects import Subjects
 log = logging.getLogger("headgate")
 
 
-async def connect_nats(settings: Settings, url: str, *, name: str = "headgate") -> NATS:
+async def connect_nats(
+    settings: Settings, url: str, *, name: str = "headgate", nkey: str | None = None
+) -> NATS:
     """Connect with retries and backoff; a clear error when the server stays unreachable."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settings.connect_timeout
@@ -83,6 +89,7 @@ async def connect_nats(settings: Settings, url: str, *, name: str = "headgate") 
                     user=settings.nats_user,
                     password=settings.nats_password,
                     user_credentials=settings.nats_creds,
+                    nkeys_seed=nkey if nkey is not None else settings.nats_nkey,
                 ),
                 attempt,
             )
@@ -119,6 +126,9 @@ class Service:
         self._lock_fd: int | None = None
         self.workers: IntakeWorkers | None = None
         self._reload: asyncio.Future[bool] | None = None
+        self._access_seed: Path | None = None
+        #: The nkey seed the service's connections authenticate with (None: none).
+        self._nkey: str | None = None
 
     def _lock_data_dir(self) -> None:
         self._lock_fd = datadir.lock(self.settings.data_dir)
@@ -141,26 +151,31 @@ class Service:
                 "--intake-processes above 1 needs a database the processes share: an SQLite "
                 "file or PostgreSQL, not an in-memory database"
             )
+        datadir.make_private(s.data_dir)
         self._lock_data_dir()
         try:
             await self._start()
         except BaseException:
+            if self.health is not None:
+                await self.health.stop()
             self._unlock_data_dir()
             raise
 
     async def _start(self) -> None:
         s = self.settings
         policy = load_settings_policy(s)
+        _warn_gaps(policy, s.policy_path)
+        if s.metrics_port is not None:  # first: a taken port stops the start before anything
+            self.health = HealthServer(None, self.readiness, s.metrics_host, s.metrics_port)
+            await self.health.start()
+        nkey = s.nats_nkey
         if s.nats_url:
             self.url = s.nats_url
         else:
-            self.embedded = EmbeddedNats(store_dir=s.data_dir / "nats")
-            # On this (the main) thread: the server is tied to the thread that starts it.
-            self.url = self.embedded.start()
-            (s.data_dir / datadir.URL_FILE).write_text(self.url + "\n")
-            log.info("embedded nats-server with JetStream listening on %s", self.url)
+            self.url, nkey = self._start_embedded(), str(self._access_seed)
         try:
-            nc = await connect_nats(s, self.url)
+            self._nkey = nkey
+            nc = await connect_nats(s, self.url, nkey=nkey)
             store = await Store.open(s.db_url)
         except BaseException:
             self._stop_embedded()
@@ -227,9 +242,8 @@ class Service:
                     env={"HEADGATE_NATS_PASSWORD": s.nats_password} if s.nats_password else {},
                 )
                 self.workers.start()
-        if s.metrics_port is not None:
-            self.health = HealthServer(ctx.metrics, self.readiness, port=s.metrics_port)
-            await self.health.start()
+        if self.health is not None:
+            self.health.metrics = ctx.metrics
         # What is alive now (modules, policy, classifier tables, parsers, schemas) lives as
         # long as the service: keep it out of the collector's full passes, which otherwise
         # scan it all and paused the loop for 65–75 ms every few seconds under load.
@@ -259,8 +273,43 @@ class Service:
                 else None
             ),
             user_credentials=s.nats_creds,
+            nkeys_seed=self._nkey,
         )
         await self.broker.start()
+
+    def _start_embedded(self) -> str:
+        """Start the embedded nats-server with its accounts, on the port it had last time
+        (clients connected before a restart reconnect to the same URL), and record its URL."""
+        s = self.settings
+        store = s.data_dir / "nats"
+        access = prepare_access(s.data_dir, store, self.subjects)
+        self._access_seed = access.service_seed
+        recorded = datadir.recorded_port(s.data_dir)
+        port = s.nats_port if s.nats_port is not None else (recorded or 0)
+        # On this (the main) thread: the server is tied to the thread that starts it.
+        try:
+            url = self._embedded_on(store, access.config, port)
+        except HeadgateError as exc:
+            if s.nats_port is not None or not port or "address already in use" not in str(exc):
+                raise _listen_error(exc, port) from exc
+            log.warning(
+                "port %d of the embedded nats-server (recorded in %s) is taken; using a free "
+                "port: clients given the old URL must be given the new one",
+                port, s.data_dir / datadir.PORT_FILE,
+            )  # fmt: skip
+            url = self._embedded_on(store, access.config, 0)
+        assert self.embedded is not None
+        datadir.record_port(s.data_dir, _port_of(url))
+        (s.data_dir / datadir.URL_FILE).write_text(url + "\n")
+        log.info(
+            "embedded nats-server with JetStream listening on %s (credentials in %s)",
+            url, access.service_seed.parent,
+        )  # fmt: skip
+        return url
+
+    def _embedded_on(self, store: Path, config: Path, port: int) -> str:
+        self.embedded = EmbeddedNats(store_dir=store, port=port or -1, config=config)
+        return self.embedded.start()
 
     def _worker_options(self, index: int) -> list[str]:
         """The command line of intake worker `index` (0-based): this service's settings."""
@@ -276,8 +325,13 @@ class Service:
             options += ["--nats-user", s.nats_user]
         if s.nats_creds:
             options += ["--nats-creds", s.nats_creds]
+        if self.embedded is not None:
+            options += ["--nats-nkey", str(self._access_seed)]
+        elif s.nats_nkey:
+            options += ["--nats-nkey", s.nats_nkey]
         if s.metrics_port is not None:  # one scrape target per process: the next ports up
             options += ["--metrics-port", str(s.metrics_port + index + 1 if s.metrics_port else 0)]
+            options += ["--metrics-host", s.metrics_host]
         return worker_argv(options)
 
     async def readiness(self) -> tuple[bool, dict[str, str]]:
@@ -326,6 +380,7 @@ class Service:
                 exc,
             )
             return False
+        _warn_gaps(policy, path)
         old, ctx.policy = ctx.policy.revision, policy
         await ctx.store.audit.append(
             [
@@ -402,6 +457,25 @@ class Service:
             await self.stopping.wait()
         finally:
             await self.stop()
+
+
+def _warn_gaps(policy: Policy, path: Path | None) -> None:
+    """Log each rule that holds calls no registered approver can release."""
+    for gap in approval_gaps(policy):
+        log.warning("policy %s: %s", path or "(default)", gap.sentence())
+
+
+def _port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+def _listen_error(exc: HeadgateError, port: int) -> HeadgateError:
+    if port and "address already in use" in str(exc):
+        return ConfigError(
+            f"the embedded nats-server cannot listen on 127.0.0.1:{port}: the port is taken; "
+            "pass another --nats-port, or --nats-port 0 for a free one"
+        )
+    return exc
 
 
 def _redact(url: str) -> str:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 from collections.abc import Awaitable, Callable
 
 from prometheus_client import (
@@ -21,6 +22,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+
+from workflow.errors import ConfigError
 
 log = logging.getLogger("headgate.metrics")
 
@@ -118,14 +121,25 @@ Probe = Callable[[], Awaitable[tuple[bool, dict[str, str]]]]
 class HealthServer:
     """GET /metrics, /healthz (the process serves), /readyz (NATS, database and streams)."""
 
-    def __init__(self, metrics: Metrics, ready: Probe, host: str = "0.0.0.0", port: int = 0):
+    def __init__(
+        self, metrics: Metrics | None, ready: Probe, host: str = "127.0.0.1", port: int = 0
+    ):
+        #: None until the service has its metrics: /metrics answers 503 meanwhile.
         self.metrics = metrics
         self.ready = ready
         self.host, self.port = host, port
         self._server: asyncio.Server | None = None
 
     async def start(self) -> int:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        """Listen; a `ConfigError` naming the address when it cannot (taken, not local)."""
+        try:
+            self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        except OSError as exc:
+            why = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise ConfigError(
+                f"cannot serve metrics on {self.host}:{self.port}: {why}; pass another "
+                "--metrics-port (0 picks a free one) or --metrics-host"
+            ) from None
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("metrics and health on http://%s:%d (/metrics /healthz /readyz)",
                  self.host, self.port)  # fmt: skip
@@ -144,7 +158,9 @@ class HealthServer:
             path = path.split("?", 1)[0]
             if method != "GET":
                 status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
-            elif path == "/metrics":
+            elif path == "/metrics" and self.metrics is None:
+                status, ctype, body = "503 Service Unavailable", "text/plain", b"starting\n"
+            elif path == "/metrics" and self.metrics is not None:
                 status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, self.metrics.render()
             elif path == "/healthz":
                 status, ctype, body = "200 OK", "text/plain", b"ok\n"

@@ -37,7 +37,14 @@ class Settings:
     nats_user: str | None = None
     nats_password: str | None = None
     nats_creds: str | None = None
+    #: An nkey seed file to authenticate with (`--nats-nkey`).
+    nats_nkey: str | None = None
+    #: The embedded server's port: None = the one recorded in the data dir (else a free one),
+    #: 0 = a free one.
+    nats_port: int | None = None
     metrics_port: int | None = None
+    #: Where /metrics, /healthz and /readyz listen (`--metrics-host`).
+    metrics_host: str = "127.0.0.1"
     #: Processes running the intake stage, this one included (see `workflow.service.workers`).
     intake_processes: int = 1
     #: This process is one of those extra intake processes (started by the main one).

@@ -1,0 +1,327 @@
+"""Where a Headgate client connects, and as whom; and a first connect that ends in bounded time.
+
+Every client (the SDKs, the CLI, the agent hooks) finds NATS the same way, through
+`resolve_nats`:
+
+1. the URL and credentials passed explicitly (options, function arguments);
+2. the environment: ``HEADGATE_NATS_URL``, ``HEADGATE_NATS_USER`` / ``HEADGATE_NATS_PASSWORD``,
+   ``HEADGATE_NATS_CREDS`` (a NATS ``.creds`` file) or ``HEADGATE_NATS_NKEY`` (an nkey seed file);
+3. the data dir of a local ``headgate serve`` (``HEADGATE_DATA_DIR``, default ``.headgate``):
+   the URL it recorded in ``nats.url`` and the credentials it wrote for each role in
+   ``credentials/<role>.nk`` (mode 0600).
+
+A URL and credentials are resolved independently: ``--nats-url`` pointing at the local server
+still picks up the data dir's credentials. `connect` then makes the first connection within
+``connect_timeout`` seconds (one sentence in a `ConnectError` otherwise, no traceback) and
+reconnects afterwards (``max_reconnect_attempts``, -1 = for ever), logging one line per outage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.errors import AuthorizationError
+
+from workflow.errors import ConfigError, ConnectError
+
+log = logging.getLogger("headgate.client.connection")
+
+#: Where `headgate serve` keeps its state, unless told otherwise.
+DEFAULT_DATA_DIR = Path(".headgate")
+#: The URL of the embedded nats-server, recorded by `serve` in its data dir.
+URL_FILE = "nats.url"
+#: The data dir's NATS credentials, one nkey seed per role (`credentials/<role>.nk`).
+CREDENTIALS_DIR = "credentials"
+
+#: Seconds a first connect may take, by default, before it fails with one sentence.
+DEFAULT_CONNECT_TIMEOUT = 10.0
+
+
+class Role(StrEnum):
+    """Who a client is towards NATS; each role has its own credentials and permissions."""
+
+    SERVICE = "service"
+    AGENT = "agent"
+    APPROVER = "approver"
+
+
+def credentials_file(data_dir: Path, role: Role) -> Path:
+    """The nkey seed `serve` writes for `role` in its data dir."""
+    return data_dir / CREDENTIALS_DIR / f"{role.value}.nk"
+
+
+def inbox_prefix_for(name: str) -> str:
+    """The private reply-inbox prefix of a NATS user: `_INBOX.<name>` (see deploy/nats)."""
+    return f"_INBOX.{name}"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class NatsTarget:
+    """A NATS URL (comma-separated for a cluster) and the credentials to present there."""
+
+    url: str
+    user: str | None = None
+    password: str | None = None
+    creds: Path | None = None
+    nkey: Path | None = None
+    inbox_prefix: str | None = None
+    #: Where the URL and the credentials came from, for error messages.
+    origin: str = "arguments"
+
+    def __repr__(self) -> str:  # never print a password
+        secret = ", password=••••" if self.password else ""
+        return (
+            f"NatsTarget(url={self.url!r}, user={self.user!r}{secret}, creds={self.creds}, "
+            f"nkey={self.nkey}, origin={self.origin!r})"
+        )
+
+    @property
+    def servers(self) -> list[str]:
+        return [s.strip() for s in self.url.split(",") if s.strip()]
+
+    def connect_options(self) -> dict[str, Any]:
+        """nats-py `connect` keyword arguments for these credentials."""
+        options: dict[str, Any] = {}
+        if self.user is not None:
+            options["user"] = self.user
+        if self.password is not None:
+            options["password"] = self.password
+        if self.creds is not None:
+            options["user_credentials"] = str(self.creds)
+        if self.nkey is not None:
+            options["nkeys_seed"] = str(self.nkey)
+        if self.inbox_prefix is not None:
+            options["inbox_prefix"] = self.inbox_prefix
+        return options
+
+
+def data_dir_from(data_dir: Path | str | None, env: Mapping[str, str]) -> Path:
+    if data_dir is not None:
+        return Path(data_dir)
+    return Path(env.get("HEADGATE_DATA_DIR") or DEFAULT_DATA_DIR)
+
+
+def resolve_nats(
+    url: str | None = None,
+    *,
+    role: Role,
+    data_dir: Path | str | None = None,
+    user: str | None = None,
+    password: str | None = None,
+    creds: Path | str | None = None,
+    nkey: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> NatsTarget:
+    """The NATS URL and credentials a client of `role` uses: arguments, then the environment,
+    then the data dir of a local `headgate serve` (see the module docstring).
+
+    Raises `ConfigError` naming every place it looked when no URL is found anywhere.
+    """
+    env = os.environ if env is None else env
+    where = data_dir_from(data_dir, env)
+    origin = "arguments"
+    if not url:
+        url, origin = env.get("HEADGATE_NATS_URL") or None, "HEADGATE_NATS_URL"
+    if not url:
+        recorded = where / URL_FILE
+        try:
+            url = recorded.read_text().strip() or None
+        except OSError:
+            url = None
+        origin = str(recorded)
+        if not url:
+            raise ConfigError(
+                "no NATS URL: pass --nats-url, set HEADGATE_NATS_URL, or run this in the "
+                f"directory where `headgate serve` runs (it records its URL in {recorded})."
+            )
+    user = user or env.get("HEADGATE_NATS_USER") or None
+    password = password or env.get("HEADGATE_NATS_PASSWORD") or None
+    creds_path = _path(creds or env.get("HEADGATE_NATS_CREDS"))
+    nkey_path = _path(nkey or env.get("HEADGATE_NATS_NKEY"))
+    inbox = inbox_prefix_for(user) if user else None
+    if user is None and creds_path is None and nkey_path is None:
+        local = credentials_file(where, role)
+        if local.is_file():
+            nkey_path, inbox = local, inbox_prefix_for(role.value)
+            origin = f"{origin}; credentials {local}"
+    return NatsTarget(
+        url=url, user=user, password=password, creds=creds_path, nkey=nkey_path,
+        inbox_prefix=inbox, origin=origin,
+    )  # fmt: skip
+
+
+def _path(value: Path | str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+# --------------------------------------------------------------------------- connecting
+
+Callback = Callable[[], Awaitable[None]]
+
+
+class _ConnectionLog:
+    """nats-py's callbacks, logged as one line per event instead of a traceback per attempt.
+
+    While the connection is down, nats-py retries every `reconnect_time_wait`; those attempts
+    are logged at debug level, the outage itself once when it starts and once when it ends.
+    """
+
+    def __init__(self, name: str, url: str, user_callbacks: dict[str, Any]):
+        self.name, self.url = name, url
+        self.user = user_callbacks
+        self.connected = False
+        self.down = False
+        self.last_error: Exception | None = None
+        self.refused: asyncio.Future[Exception] | None = None
+        self.nc: NATS | None = None
+        self.listeners: list[Callback] = []
+
+    async def error(self, exc: Exception) -> None:
+        self.last_error = exc
+        if _refused(exc) and self.refused is not None and not self.refused.done():
+            self.refused.set_result(exc)
+        if self.connected and not self.down:
+            log.warning("%s: NATS error: %s", self.name, _describe(exc))
+        else:
+            log.debug("%s: NATS error: %s", self.name, _describe(exc))
+        await self._forward("error_cb", exc)
+
+    async def disconnected(self) -> None:
+        if self.nc is not None and (self.nc.is_draining or self.nc.is_closed):
+            return  # our own close
+        if self.connected and not self.down:
+            log.warning("%s: disconnected from NATS; reconnecting", self.name)
+        self.down = True
+        await self._forward("disconnected_cb")
+
+    async def reconnected(self) -> None:
+        if self.down:
+            log.warning("%s: reconnected to NATS", self.name)
+        self.down = False
+        await self._forward("reconnected_cb")
+        for listener in list(self.listeners):
+            try:
+                await listener()
+            except Exception as exc:  # one listener's failure must not stop the others
+                log.warning("%s: after reconnecting: %s", self.name, _describe(exc))
+
+    async def _forward(self, key: str, *args: Any) -> None:
+        callback = self.user.get(key)
+        if callback is not None:
+            await callback(*args)
+
+
+#: The callbacks of every connection made by `connect`, by connection.
+_LOGS: weakref.WeakKeyDictionary[NATS, _ConnectionLog] = weakref.WeakKeyDictionary()
+
+
+def when_reconnected(nc: NATS, listener: Callback) -> bool:
+    """Call `listener` each time `nc` has reconnected (after a restart of the server, say).
+
+    False when `nc` was not made by `connect` (nothing is registered then)."""
+    found = _LOGS.get(nc)
+    if found is None:
+        return False
+    found.listeners.append(listener)
+    return True
+
+
+def _refused(exc: Exception) -> bool:
+    """The server refused the credentials (nats-py reports it as a plain protocol error)."""
+    text = str(exc).lower()
+    return (
+        isinstance(exc, AuthorizationError)
+        or "authorization violation" in text
+        or ("authentication" in text and ("expired" in text or "revoked" in text))
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text or type(exc).__name__
+
+
+async def connect(
+    target: NatsTarget | str,
+    *,
+    name: str,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    max_reconnect_attempts: int = -1,
+    reconnect_time_wait: float = 0.5,
+    **options: Any,
+) -> NATS:
+    """Connect within `connect_timeout` seconds, then keep the connection alive.
+
+    The first connect retries a refused or unreachable server until `connect_timeout` passes
+    and then raises `ConnectError` with one sentence (refused credentials fail at once). After
+    that nats-py reconnects by itself, up to `max_reconnect_attempts` per server (-1: for ever),
+    so a client survives a restart of the server. `options` go to nats-py's `connect` and win
+    over these defaults; its `error_cb`, `disconnected_cb` and `reconnected_cb` are still called.
+    """
+    if isinstance(target, str):
+        target = NatsTarget(url=target)
+    if connect_timeout <= 0:
+        raise ConfigError(f"connect_timeout must be positive, not {connect_timeout:g}")
+    callbacks: dict[str, Any] = {
+        key: options.pop(key)
+        for key in ("error_cb", "disconnected_cb", "reconnected_cb")
+        if key in options
+    }
+    events = _ConnectionLog(name, target.url, callbacks)
+    loop = asyncio.get_running_loop()
+    events.refused = loop.create_future()
+    settings: dict[str, Any] = {
+        "servers": target.servers,
+        "name": name,
+        "connect_timeout": min(2.0, connect_timeout),
+        "allow_reconnect": True,
+        "max_reconnect_attempts": max_reconnect_attempts,
+        "reconnect_time_wait": reconnect_time_wait,
+        **target.connect_options(),
+        **options,
+        "error_cb": events.error,
+        "disconnected_cb": events.disconnected,
+        "reconnected_cb": events.reconnected,
+    }
+    nc = events.nc = NATS()
+    _LOGS[nc] = events
+    attempt = asyncio.ensure_future(nc.connect(**settings))
+    waiting: set[asyncio.Future[Any]] = {attempt, events.refused}
+    done, _ = await asyncio.wait(
+        waiting, timeout=connect_timeout, return_when=asyncio.FIRST_COMPLETED
+    )
+    if attempt in done and attempt.exception() is None:
+        events.connected = True
+        return nc
+    attempt.cancel()
+    with contextlib.suppress(BaseException):
+        await attempt
+    with contextlib.suppress(Exception):
+        await nc.close()
+    raise ConnectError(_failure(target, connect_timeout, events, attempt))
+
+
+def _failure(
+    target: NatsTarget, timeout: float, events: _ConnectionLog, attempt: asyncio.Future[Any]
+) -> str:
+    if events.refused is not None and events.refused.done():
+        how = f" ({target.origin})" if target.origin != "arguments" else ""
+        return (
+            f"NATS at {target.url} refused the credentials{how}: authorization violation. "
+            "Check the user, password, nkey or creds file."
+        )
+    error: BaseException | None = events.last_error
+    if attempt.done() and not attempt.cancelled() and attempt.exception() is not None:
+        error = attempt.exception()
+    reason = f" (last error: {_describe(error)})" if error is not None else ""
+    return f"cannot reach NATS at {target.url} within {timeout:g}s{reason}"
