@@ -13,7 +13,6 @@ from rich.markup import escape
 
 from workflow import datadir
 from workflow.cli.common import DEFAULT_DATA_DIR, DataDir, JsonOut, console, print_json
-from workflow.client.display import mask_text
 from workflow.errors import ConfigError, describe_invalid
 
 if TYPE_CHECKING:
@@ -269,6 +268,8 @@ def audit_tail(
 
 
 def _print_audit(rows: list[Any], json_out: bool) -> None:
+    from workflow.client.display import mask_text
+
     for r in rows:
         if json_out:
             sys.stdout.write(json.dumps({**r.model_dump(), "data": json.loads(r.data)}) + "\n")
