@@ -12,7 +12,8 @@ from functools import partial
 from pathlib import Path
 
 from faststream.nats import NatsBroker
-from faststream.security import SASLPlaintext
+from faststream.nats.security import NatsCredentials, NatsNKey, NatsUserPassword
+from faststream.security import BaseSecurity
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
@@ -267,13 +268,7 @@ class Service:
             self.subjects,
             self.url.split(","),
             context=lambda: self.ctx,
-            security=(
-                SASLPlaintext(username=s.nats_user, password=s.nats_password or "")
-                if s.nats_user
-                else None
-            ),
-            user_credentials=s.nats_creds,
-            nkeys_seed=self._nkey,
+            security=_security(s, self._nkey),
         )
         await self.broker.start()
 
@@ -476,6 +471,17 @@ def _listen_error(exc: HeadgateError, port: int) -> HeadgateError:
             "pass another --nats-port, or --nats-port 0 for a free one"
         )
     return exc
+
+
+def _security(s: Settings, nkey: str | None) -> BaseSecurity | None:
+    """The FastStream application authenticates as the service's own connection does."""
+    if s.nats_creds:
+        return NatsCredentials(Path(s.nats_creds))
+    if nkey:
+        return NatsNKey.from_file(nkey)
+    if s.nats_user:
+        return NatsUserPassword(s.nats_user, s.nats_password or "")
+    return None
 
 
 def _redact(url: str) -> str:
