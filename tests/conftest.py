@@ -98,3 +98,13 @@ def database_url(
 def postgres_url(postgres_available: str | None) -> Iterator[str]:
     """A fresh PostgreSQL database of this test's own."""
     yield from _fresh_postgres(postgres_available)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that needs PostgreSQL (`-m "not postgres"` skips them all)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        fixtures = getattr(item, "fixturenames", ())
+        on_postgres = callspec is not None and callspec.params.get("database_url") == "postgres"
+        if on_postgres or "postgres_url" in fixtures:
+            item.add_marker(pytest.mark.postgres)

@@ -88,6 +88,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux")
+@pytest.mark.slow
 def test_the_embedded_nats_server_dies_with_a_killed_serve(
     served: tuple[Path, subprocess.Popen[str]],
 ) -> None:
@@ -104,6 +105,7 @@ def test_the_embedded_nats_server_dies_with_a_killed_serve(
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_quick_start_commands_work_from_the_serve_directory(
     served: tuple[Path, subprocess.Popen[str]],
 ) -> None:
@@ -205,6 +207,7 @@ def test_quick_start_commands_work_from_the_serve_directory(
     assert "headgate stopped" in (cwd / "serve.log").read_text()
 
 
+@pytest.mark.slow
 def test_user_mistakes_get_one_line_errors_not_tracebacks(tmp_path: Path) -> None:
     cases = [
         (["propose", "--agent", "a", "--tool", "t", "--args", "{no"], "--args is not valid JSON"),
@@ -221,6 +224,7 @@ def test_user_mistakes_get_one_line_errors_not_tracebacks(tmp_path: Path) -> Non
         assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_keys_new_writes_a_private_seed_and_prints_the_policy_snippet(tmp_path: Path) -> None:
     result = cli(tmp_path, "keys", "new", "alice")
     assert result.returncode == 0, result.stderr
@@ -230,6 +234,7 @@ def test_keys_new_writes_a_private_seed_and_prints_the_policy_snippet(tmp_path: 
     assert "[approvers.alice]" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_second_serve_in_the_same_data_dir_is_refused(
     served: tuple[Path, subprocess.Popen[str]],
 ) -> None:

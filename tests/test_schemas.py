@@ -7,6 +7,9 @@ from pathlib import Path
 
 from workflow.messages import WIRE_MODELS
 from workflow.schemas import render, write_schemas
+from workflow.service.broker import build_app
+from workflow.service.streams import service_consumers
+from workflow.subjects import Subjects
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 
@@ -16,17 +19,40 @@ def test_committed_schemas_match_the_models() -> None:
     assert stale == [], f"run `headgate schemas --out schemas`: {stale} differ from the models"
 
 
-def test_every_wire_model_has_a_schema_and_the_asyncapi_document_names_it() -> None:
+def test_every_wire_model_has_a_schema_and_the_asyncapi_document_lists_every_handler() -> None:
     files = render()
     assert set(files) == {f"{name}.json" for name in WIRE_MODELS} | {"asyncapi.json"}
     asyncapi = json.loads(files["asyncapi.json"])
-    refs = {
-        m["payload"]["$ref"]
-        for ch in asyncapi["channels"].values()
-        for m in ch["messages"].values()
+    received = {
+        _wildcard(asyncapi["channels"][name]["address"])
+        for name, op in asyncapi["operations"].items()
+        if op["action"] == "receive"
     }
-    assert "./proposal.json" in refs
-    assert "./decision.json" in refs
+    assert received == subscribed_subjects()
+    assert {"headgate.api.explain", "headgate.api.status.*", "headgate.cancel.*"} <= received
+    assert {"headgate.api.web.invite", "headgate.api.web.passkey"} <= received
+    sent = {name for name, op in asyncapi["operations"].items() if op["action"] == "send"}
+    assert sent == {"inbox", "held", "released", "blocked", "dead", "escalated", "notified"}
+
+
+def subscribed_subjects() -> set[str]:
+    """What the service reads: the FastStream application's subscribers (API, auditor) and the
+    batch stages' consumers — taken from the running code, not from the document."""
+    subjects = Subjects()
+    app = build_app(subjects)
+    mine = {_wildcard(getattr(sub, "subject").broker_address) for sub in app.subscribers}  # noqa: B009
+    stages = {
+        _wildcard(f)
+        for name, spec in service_consumers(subjects).items()
+        if name != "auditor"  # on FastStream: one of the application's subscribers
+        for f in spec.filter_subjects
+    }
+    return mine | stages
+
+
+def _wildcard(subject: str) -> str:
+    """`a.b.>` and `a.b.*` alike: the service's subjects have one token after the kind."""
+    return subject.replace(">", "*")
 
 
 def test_the_check_mode_reports_a_changed_file(tmp_path: Path) -> None:

@@ -21,13 +21,16 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from workflow.client.connection import CREDENTIALS_DIR as CREDENTIALS_DIR
 from workflow.client.connection import DEFAULT_DATA_DIR
 from workflow.client.connection import URL_FILE as URL_FILE
 from workflow.client.connection import credentials_file as credentials_file
 from workflow.errors import ConfigError
-from workflow.signing import ApproverKey
+
+if TYPE_CHECKING:
+    from workflow.signing import ApproverKey
 
 DEFAULT = DEFAULT_DATA_DIR
 #: The embedded nats-server's port, kept across restarts so connected clients reconnect.
@@ -68,6 +71,8 @@ def record_port(data_dir: Path, port: int) -> None:
 
 def local_approver(data_dir: Path) -> tuple[ApproverKey, Path, bool]:
     """The data dir's approver key, created (mode 0600) on first use."""
+    from workflow.signing import ApproverKey
+
     path = data_dir / LOCAL_KEY_FILE
     if path.exists():
         return ApproverKey.from_file(path), path, False

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import ValidationError
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # no pydantic import for a command that only prints an error
+    from pydantic import ValidationError
 
 
 class HeadgateError(Exception):

@@ -373,13 +373,23 @@ class Notified(Wire):
 
 
 class DeadLetter(Wire):
-    """Input a stage could not process, with the error. Nothing is dropped silently."""
+    """Input a stage could not process, with the error. Nothing is dropped silently.
+
+    The letter is bounded in size whatever the input was: a long payload is cut (`truncated`)
+    and `payload_sha256` and `payload_size` identify the whole of it.
+    """
 
     stage: str
     subject: str
     error: str
-    payload: str = Field(description="The original payload (UTF-8, or base64 if it was not).")
+    payload: str = Field(
+        description="The original payload (UTF-8, or base64 if it was not), cut to its first "
+        "32 KiB when longer."
+    )
     payload_encoding: Literal["utf-8", "base64"] = "utf-8"
+    payload_size: int = Field(default=0, description="Bytes in the original payload.")
+    payload_sha256: str = Field(default="", description="sha256 of the whole original payload.")
+    truncated: bool = False
     deliveries: int = 1
     received_at: datetime
 

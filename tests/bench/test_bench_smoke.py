@@ -15,6 +15,8 @@ from typer.testing import CliRunner
 
 from workflow.cli.bench import bench
 
+pytestmark = pytest.mark.slow
+
 PHASES = ("relay_max", "reads_max", "mix_max", "relay_rate", "mix_rate")
 
 

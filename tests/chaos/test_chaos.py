@@ -43,6 +43,8 @@ from workflow.store.repo import Store
 from workflow.store.tables import OUTCOMES, PROPOSALS
 from workflow.subjects import Subjects
 
+pytestmark = pytest.mark.slow
+
 SUBJECTS = Subjects("headgate")
 SERVICE_AUTH = {"user": "headgate", "password": "headgate-dev-password"}
 MALFORMED = [

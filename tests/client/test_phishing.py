@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from tests.client.support import KEYS, guarded_service
 from tests.service.helpers import unique_prefix
 from workflow.cli.calls import approve
-from workflow.cli.inbox import Action, _decide
+from workflow.cli.inbox_view import Action, _decide
 from workflow.client import Approver
 from workflow.client.verify import DigestMismatch
 from workflow.messages import (

@@ -96,6 +96,7 @@ async def consumer_info(h: Harness) -> ConsumerInfo:
     return info
 
 
+@pytest.mark.slow
 async def test_queued_calls_run_exactly_once_after_the_agent_was_killed(
     nats_url: str, tmp_path: Path, start: Start
 ) -> None:
@@ -157,6 +158,7 @@ async def test_queued_calls_run_exactly_once_after_the_agent_was_killed(
         assert (await consumer_info(h)).num_ack_pending == 0
 
 
+@pytest.mark.slow
 async def test_a_call_interrupted_by_a_crash_is_reported_unknown_and_not_run_again(
     nats_url: str, tmp_path: Path, start: Start
 ) -> None:

@@ -54,6 +54,8 @@ from workflow.service.streams import (
 )
 from workflow.subjects import Subjects
 
+pytestmark = pytest.mark.slow
+
 # Example credentials of deploy/nats/accounts.conf: each hash there is of "<user>-dev-password".
 SERVICE, AGENT, APPROVER = "headgate", "builder-7", "alice"
 

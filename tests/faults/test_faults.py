@@ -17,6 +17,8 @@ from workflow.service.embedded import EmbeddedNats
 from workflow.service.lifecycle import Service
 from workflow.service.settings import Settings
 
+pytestmark = pytest.mark.slow
+
 
 async def test_the_service_reconnects_after_nats_is_killed_and_restarted(
     fresh_nats: EmbeddedNats, tmp_path: Path

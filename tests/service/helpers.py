@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +24,20 @@ from workflow.signing import ApproverKey
 from workflow.subjects import Subjects
 
 T = TypeVar("T")
+
+
+class FakeClock:
+    """The service's clock in a test: real UTC time plus an offset the test moves forward
+    (a TTL passes when the test says so, not after sleeping through it)."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta()
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += timedelta(seconds=seconds)
 
 
 def unique_prefix() -> str:

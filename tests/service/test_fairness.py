@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from nats.js.errors import APIError
 
-from tests.service.helpers import propose, running_service, unique_prefix
+from tests.service.helpers import propose, running_service, unique_prefix, wait_until
 
 
 async def test_a_flooding_agent_is_refused_past_its_backlog_while_others_get_through(
@@ -31,6 +31,8 @@ async def test_a_flooding_agent_is_refused_past_its_backlog_while_others_get_thr
             await propose(h.nc, h.subjects, agent="flood", tool="read_file")
         quiet = await propose(h.nc, h.subjects, agent="quiet", tool="read_file")
     async with running_service(nats_url, tmp_path, prefix=prefix, per_agent_backlog=20) as h:
-        await h.observer.wait_for("released", quiet)
+        # The queued proposals may be released before the harness's observer subscribes: ask
+        # the service for the outcome instead of waiting for the event.
+        await wait_until(lambda: h.service_history(quiet), lambda r: r["status"] == "released")
         for pid in flood:
             assert (await h.service_history(pid))["status"] == "released"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.service.helpers import (
+    FakeClock,
     decision,
     propose,
     running_service,
@@ -109,11 +110,13 @@ async def test_destructive_call_is_denied_with_the_reason(
 async def test_held_request_expires_when_its_ttl_passes(
     nats_url: str, tmp_path: Path, database_url: str
 ) -> None:
+    clock = FakeClock()
     async with running_service(
-        nats_url, tmp_path, database_url=database_url, default_ttl=1, sweep_interval=0.2
+        nats_url, tmp_path, database_url=database_url, sweep_interval=0.2, clock=clock
     ) as h:
         pid = await propose(h.nc, h.subjects, tool="write_file", arguments={"path": "a.txt"})
         await h.observer.wait_for("inbox", pid)
+        clock.advance(3600)  # the default TTL
         (blocked,) = await h.observer.wait_for("blocked", pid, timeout=5)
         assert blocked["outcome"] == "expired"
         assert "expired" in blocked["reason"]
@@ -123,14 +126,20 @@ async def test_request_expires_even_when_the_service_was_down_at_expiry(
     nats_url: str, tmp_path: Path, database_url: str
 ) -> None:
     prefix = unique_prefix()
+    clock = FakeClock()
     async with running_service(
-        nats_url, tmp_path, database_url=database_url, prefix=prefix, default_ttl=1
+        nats_url, tmp_path, database_url=database_url, prefix=prefix, clock=clock
     ) as h:
         pid = await propose(h.nc, h.subjects, tool="write_file", arguments={"path": "a.txt"})
         await h.observer.wait_for("inbox", pid)
-    await asyncio.sleep(1.5)  # the TTL passes while nothing runs
+    clock.advance(3600)  # the TTL passes while nothing runs
     async with running_service(
-        nats_url, tmp_path, database_url=database_url, prefix=prefix, sweep_interval=0.2
+        nats_url,
+        tmp_path,
+        database_url=database_url,
+        prefix=prefix,
+        sweep_interval=0.2,
+        clock=clock,
     ) as h:
         history = await h.service_history(pid)
         if history["status"] != "expired":

@@ -61,6 +61,8 @@ async def test_readyz_reports_each_dependency_and_healthz_answers(
             "nats": "ok",
             "database": "ok",
             "streams": "ok",
+            "api": "ok",
+            "stages": "ok",
         }
         assert await asyncio.to_thread(get, port, "/healthz") == (200, "ok\n")
         fresh_nats.kill()

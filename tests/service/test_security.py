@@ -14,6 +14,7 @@ import nats
 import pytest
 
 from tests.service.helpers import (
+    FakeClock,
     Harness,
     decision,
     propose,
@@ -203,12 +204,13 @@ async def test_the_same_approver_twice_does_not_make_a_quorum_of_two(
 
 async def test_a_decision_after_expiry_releases_nothing(nats_url: str, tmp_path: Path) -> None:
     # A long sweep interval: the decision, not the sweeper, meets the expired request first.
-    async with guarded(nats_url, tmp_path, default_ttl=1, sweep_interval=60) as h:
+    clock = FakeClock()
+    async with guarded(nats_url, tmp_path, sweep_interval=60, clock=clock) as h:
         path = tmp_path / "policy.toml"
         path.write_text('default_ttl = "1s"\n' + policy_text())
         assert await h.service.reload_policy("test")
         pid, item = await held_write(h)
-        await asyncio.sleep(1.2)
+        clock.advance(2)  # past the 1 s TTL, well within the decisions' 5-minute clock skew
         late = decision(KEYS["alice"], item["request_id"], item["proposal_digest"])
         await send_decision(h.nc, h.subjects, late)
         (blocked,) = await h.observer.wait_for("blocked", pid)

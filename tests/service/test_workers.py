@@ -18,6 +18,8 @@ from workflow.service.settings import Settings
 from workflow.service.streams import service_consumers
 from workflow.service.workers import IntakeWorkers
 
+pytestmark = pytest.mark.slow
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -53,7 +55,8 @@ async def test_workers_share_the_intake_and_a_killed_one_is_replaced(
         assert len(first) == 2
         assert all(_alive(p) for p in first)
         # The main process's own intake stops: from here on only the workers can release.
-        main_intake = h.service.tasks[0]
+        main_intake = h.service.supervisor.tasks["intake"].task
+        assert main_intake is not None
         main_intake.cancel()
         await asyncio.gather(main_intake, return_exceptions=True)
         pids = [
@@ -89,7 +92,7 @@ async def test_a_worker_runs_the_intake_only(nats_url: str, tmp_path: Path) -> N
     try:
         await worker.start()  # the data dir is the main process's: a worker does not lock it
         assert [s.spec.durable for s in worker.stages] == [main.stages[0].spec.durable]
-        assert worker.api_subs == []
+        assert worker.broker is None
         assert worker.workers is None
     finally:
         await worker.stop()

@@ -97,6 +97,7 @@ async def _write_back_to_back(store: Store, commits: int, name: str = "p") -> No
 
 
 @pytest.mark.parametrize("interval", [0.0, 3600.0])
+@pytest.mark.slow
 async def test_the_wal_starts_over_while_commits_keep_coming(
     tmp_path: Path, interval: float
 ) -> None:
@@ -137,6 +138,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 async def test_two_processes_writing_keep_the_wal_small_and_the_chain_whole(
     tmp_path: Path,
 ) -> None:
@@ -182,6 +184,7 @@ async def _hold_in_another_process(path: Path, seconds: float) -> asyncio.subpro
     return holder
 
 
+@pytest.mark.slow
 async def test_the_write_lock_waits_for_another_process_without_blocking_the_loop(
     tmp_path: Path,
 ) -> None:

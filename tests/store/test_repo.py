@@ -249,6 +249,7 @@ async def test_the_audit_chain_detects_records_cut_from_the_end(store: Store) ->
     assert "removed from the end" in broken.problem
 
 
+@pytest.mark.slow
 async def test_audit_verify_command_reports_tampering(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'headgate.db'}"
     s = await Store.open(url)

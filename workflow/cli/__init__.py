@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from workflow.cli import bench, calls, inbox, offline, policy_cmds, web
+from workflow.cli import bench, calls, dead, inbox, offline, policy_cmds, web
 from workflow.cli.common import err_console
 from workflow.cli.serve import serve
 from workflow.errors import HeadgateError
@@ -51,6 +51,7 @@ app.command()(calls.pending)
 app.command()(calls.approve)
 app.command()(calls.reject)
 app.command()(calls.show)
+app.command()(dead.dead)
 app.command()(inbox.inbox)
 app.command()(bench.bench)
 app.command()(offline.classify)

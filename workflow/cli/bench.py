@@ -4,28 +4,29 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Table
 
-from workflow.bench.load import Mix
-from workflow.bench.runner import BenchConfig, run_bench
 from workflow.cli.common import JsonOut, console, err_console, print_json
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
+    from rich.table import Table
 
 
 class RichReporter:
     """A progress bar per phase, on stderr (stdout stays clean for --json)."""
 
     def __init__(self) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
         self.bar = Progress(
             TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
@@ -121,6 +122,9 @@ def bench(
     --rate for latency. Prints medians over --rounds and Headgate's figures as ratios to the
     relay's.
     """
+    from workflow.bench.load import Mix
+    from workflow.bench.runner import BenchConfig, run_bench
+
     config = BenchConfig(
         nats_url=nats_url, rounds=rounds, duration=duration, count=count, rate=rate,
         mix=Mix.parse(mix), window=window, think=think, soak_minutes=soak, warmup=warmup,
@@ -152,6 +156,8 @@ def _lat_row(table: Table, name: str, lat: dict[str, Any] | None, note: str = ""
 
 
 def _print_summary(result: dict[str, Any]) -> None:
+    from rich.table import Table
+
     s = result["summary"]
     relay, hg, ratios = s["relay"], s["headgate"], s["ratios"]
     cfg, m = result["config"], result["machine"]
@@ -197,6 +203,8 @@ def _ok(flag: bool | None) -> str:
 
 
 def _print_soak(result: dict[str, Any]) -> None:
+    from rich.table import Table
+
     soak = result["soak"]
     console.print(
         f"[bold]soak[/] at {soak['rate']:g}/s (half of {soak['max_throughput']:g}/s max) "

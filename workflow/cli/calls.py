@@ -8,13 +8,10 @@ import json
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import ValidationError
 from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from workflow.cli.common import (
     CLI_CONNECT_TIMEOUT,
@@ -32,32 +29,74 @@ from workflow.cli.common import (
     parse_json_option,
     print_json,
 )
-from workflow.cli.inbox import render_entries
-from workflow.client import transport
-from workflow.client.agent import Headgate
-from workflow.client.approver import Approver
-from workflow.client.connection import Role, resolve_nats
-from workflow.client.display import (
-    INTENT_LABEL,
-    intent_text,
-    mask_text,
-    masked_entry,
-    masked_history,
-    target_of,
-)
-from workflow.client.errors import NotProcessed, ResultTimeout
-from workflow.client.verify import ShownRequest, check_digest
 from workflow.errors import ConfigError, ConnectError, describe_invalid
-from workflow.messages import (
-    DecisionVerdict,
-    GetQuery,
-    PendingQuery,
-    PendingReply,
-    Proposal,
-    ProposalHistory,
-    Released,
-)
 from workflow.subjects import Subjects
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+    from rich.table import Table
+    from rich.text import Text
+
+    from workflow.cli.inbox_view import render_entries
+    from workflow.client import transport
+    from workflow.client.agent import Headgate
+    from workflow.client.approver import Approver
+    from workflow.client.connection import Role, resolve_nats
+    from workflow.client.display import (
+        INTENT_LABEL,
+        intent_text,
+        mask_text,
+        masked_entry,
+        masked_history,
+        target_of,
+    )
+    from workflow.client.errors import NotProcessed, ResultTimeout
+    from workflow.client.verify import ShownRequest, check_digest
+    from workflow.messages import (
+        DecisionVerdict,
+        GetQuery,
+        PendingQuery,
+        PendingReply,
+        Proposal,
+        ProposalHistory,
+        Released,
+    )
+
+
+def _runtime() -> None:
+    """Import what the commands use, when one runs: `headgate --help` and the CLI's start
+    load none of it (the SDKs, NATS, pydantic's models; see `workflow.cli.common`)."""
+    from pydantic import ValidationError  # noqa: F401
+    from rich.table import Table  # noqa: F401
+    from rich.text import Text  # noqa: F401
+
+    from workflow.cli.inbox_view import render_entries  # noqa: F401
+    from workflow.client import transport  # noqa: F401
+    from workflow.client.agent import Headgate  # noqa: F401
+    from workflow.client.approver import Approver  # noqa: F401
+    from workflow.client.connection import Role, resolve_nats  # noqa: F401
+    from workflow.client.display import (  # noqa: F401
+        INTENT_LABEL,
+        intent_text,
+        mask_text,
+        masked_entry,
+        masked_history,
+        target_of,
+    )
+    from workflow.client.errors import NotProcessed, ResultTimeout  # noqa: F401
+    from workflow.client.verify import ShownRequest, check_digest  # noqa: F401
+    from workflow.messages import (  # noqa: F401
+        DecisionVerdict,
+        GetQuery,
+        PendingQuery,
+        PendingReply,
+        Proposal,
+        ProposalHistory,
+        Released,
+    )
+
+    globals().update(locals())
+
 
 EXIT_BLOCKED = 3
 EXIT_PENDING = 4
@@ -99,6 +138,7 @@ def propose(
     Exit codes with --wait: 0 released, 3 blocked (denied/rejected/expired/cancelled),
     4 still pending when the wait ended.
     """
+    _runtime()
     arguments = parse_json_option(args, "--args")
     if not isinstance(arguments, dict):
         raise ConfigError('--args must be a JSON object, e.g. \'{"path": "x"}\'')
@@ -213,6 +253,7 @@ def pending(
     json_out: JsonOut = False,
 ) -> None:
     """List held approval requests, oldest first."""
+    _runtime()
 
     async def run() -> PendingReply:
         async with connected(nats_url, data_dir) as nc:
@@ -302,6 +343,7 @@ def approve(
     json_out: JsonOut = False,
 ) -> None:
     """Approve a held request, signed with your approver key."""
+    _runtime()
     _decide(
         ident, DecisionVerdict.APPROVE, reason, key, approver, nats_url, data_dir, prefix, json_out
     )
@@ -318,6 +360,7 @@ def reject(
     json_out: JsonOut = False,
 ) -> None:
     """Reject a held request, signed with your approver key."""
+    _runtime()
     if not reason.strip():
         fail("--reason must say why the call is rejected")
     _decide(
@@ -333,6 +376,7 @@ def show(
     json_out: JsonOut = False,
 ) -> None:
     """Print a proposal's whole history: classification, verdict, decisions, outcome."""
+    _runtime()
 
     async def run() -> ProposalHistory:
         async with connected(nats_url, data_dir) as nc:

@@ -9,24 +9,30 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
-from nats.aio.client import Client as NATS
-from pydantic import BaseModel
 from rich.console import Console
 
-from workflow.client import connection, transport
-from workflow.client.connection import Role, resolve_nats
 from workflow.datadir import LOCAL_KEY_FILE
 from workflow.errors import ConfigError, ConnectError
-from workflow.signing import ApproverKey
-from workflow.subjects import Subjects
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client as NATS
+    from pydantic import BaseModel
+
+    from workflow.client.connection import Role
+    from workflow.signing import ApproverKey
+    from workflow.subjects import Subjects
+
+# The CLI starts light: `headgate --help` imports typer, rich and the command modules, not NATS,
+# pydantic, the SDKs, the classifier or the service. Each command imports what it uses when it
+# runs (measured with `python -X importtime`; see the README's Development section).
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound="BaseModel")
 
 DataDir = Annotated[
     Path,
@@ -66,11 +72,15 @@ async def connected(
     nats_url: str | None,
     data_dir: Path,
     *,
-    role: Role = Role.APPROVER,
+    role: Role | None = None,
     connect_timeout: float = CLI_CONNECT_TIMEOUT,
 ) -> AsyncIterator[NATS]:
-    """A connection as `role`, found by `resolve_nats` (option, environment, data dir)."""
-    target = resolve_nats(nats_url, role=role, data_dir=data_dir)
+    """A connection as `role` (default: approver), found by `resolve_nats` (option,
+    environment, data dir)."""
+    from workflow.client import connection
+    from workflow.client.connection import Role, resolve_nats
+
+    target = resolve_nats(nats_url, role=role or Role.APPROVER, data_dir=data_dir)
     try:
         nc = await connection.connect(target, name="headgate-cli", connect_timeout=connect_timeout)
     except ConnectError as exc:
@@ -86,10 +96,14 @@ async def api_call(
     nc: NATS, subjects: Subjects, name: str, body: BaseModel, reply: type[M], timeout: float = 5.0
 ) -> M:
     """Ask `<prefix>.api.<name>`; the service's error sentence becomes the CLI's error."""
+    from workflow.client import transport
+
     return await transport.ask(nc, subjects.api(name), body, reply, timeout)
 
 
 def print_json(value: Any) -> None:
+    from pydantic import BaseModel
+
     if isinstance(value, BaseModel):
         sys.stdout.write(value.model_dump_json(indent=2) + "\n")
     else:
@@ -104,6 +118,8 @@ def parse_json_option(text: str, option: str) -> Any:
 
 
 def load_key(key: Path | None, data_dir: Path) -> ApproverKey:
+    from workflow.signing import ApproverKey
+
     if key is not None:
         return ApproverKey.from_file(key)
     env = os.environ.get("HEADGATE_APPROVER_KEY")

@@ -6,25 +6,21 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
-from workflow.classify.engine import classify as classify_proposal
-from workflow.classify.tables import DEFAULT_TABLES, ClassifierTables
+from workflow import datadir
 from workflow.cli.common import DEFAULT_DATA_DIR, DataDir, JsonOut, console, print_json
-from workflow.client.display import mask_text
 from workflow.errors import ConfigError, describe_invalid
-from workflow.messages import Classification, Proposal
-from workflow.policy.load import load_policy
-from workflow.schemas import write_schemas
-from workflow.service.settings import Settings
-from workflow.signing import ApproverKey
-from workflow.store.repo import Store
+
+if TYPE_CHECKING:
+    from workflow.classify.tables import ClassifierTables
+    from workflow.messages import Classification, Proposal
+
+# Each command imports what it runs (the classifier, the store, …) when it runs: `headgate
+# --help` and the client-side commands must not pay for them at start.
 
 PolicyOpt = Annotated[
     Path | None, typer.Option("--policy", envvar="HEADGATE_POLICY", help="Policy file (TOML).")
@@ -32,6 +28,9 @@ PolicyOpt = Annotated[
 
 
 def _tables(policy: Path | None) -> ClassifierTables:
+    from workflow.classify.tables import DEFAULT_TABLES
+    from workflow.policy.load import load_policy
+
     return load_policy(policy).classifier_tables() if policy else DEFAULT_TABLES
 
 
@@ -46,6 +45,11 @@ def classify(
     `id` and `agent` may be omitted. A bad line gives a JSON error line for that line and the
     exit status is 1 at the end.
     """
+    from pydantic import ValidationError
+
+    from workflow.classify.engine import classify as classify_proposal
+    from workflow.messages import Proposal
+
     tables = _tables(policy)
     errors = 0
     for number, line in enumerate(sys.stdin, start=1):
@@ -91,6 +95,9 @@ def _emit_error(number: int, message: str, explain: bool) -> None:
 
 
 def _explain(number: int, proposal: Proposal, result: Classification) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     title = (
         f"line {number}: {proposal.tool} → {result.risk_class} ({result.severity})"
         + (f" [{', '.join(result.categories)}]" if result.categories else "")
@@ -113,6 +120,8 @@ def schemas(
     ] = False,
 ) -> None:
     """Write the JSON Schema of every wire message (and an AsyncAPI document)."""
+    from workflow.schemas import write_schemas
+
     changed = write_schemas(out, check=check)
     if check:
         if changed:
@@ -137,6 +146,8 @@ def keys_new(
     path = out or Path(f"{name}.seed")
     if path.exists():
         raise ConfigError(f"{path} exists; refusing to overwrite a key")
+    from workflow.signing import ApproverKey
+
     key = ApproverKey.generate()
     key.write(path)
     console.print(f"wrote {path} (keep it secret; mode 0600)")
@@ -154,6 +165,8 @@ def keys_show(
     seed: Annotated[Path, typer.Argument(metavar="SEED", help="An approver seed file (SU…).")],
 ) -> None:
     """Print the public key of an existing seed (the `key` to register in the policy)."""
+    from workflow.signing import ApproverKey
+
     sys.stdout.write(ApproverKey.from_file(seed).public_key + "\n")
 
 
@@ -170,8 +183,12 @@ DbOpt = Annotated[
 
 
 def _db_url(database_url: str | None, data_dir: Path) -> str:
-    url = Settings(data_dir=data_dir, database_url=database_url).db_url
-    if url.startswith("sqlite") and not (data_dir / "headgate.db").exists() and not database_url:
+    url = database_url or datadir.sqlite_url(data_dir)
+    if (
+        url.startswith("sqlite")
+        and not (data_dir / datadir.DATABASE_FILE).exists()
+        and not database_url
+    ):
         raise ConfigError(
             f"no database at {data_dir / 'headgate.db'}; pass --data-dir or --database-url"
         )
@@ -183,6 +200,8 @@ def audit_verify(
     data_dir: DataDir = DEFAULT_DATA_DIR, database_url: DbOpt = None, json_out: JsonOut = False
 ) -> None:
     """Check the hash chain; report the first broken record. Exit 1 when broken."""
+
+    from workflow.store.repo import Store
 
     async def run() -> Any:
         store = await Store.open(_db_url(database_url, data_dir))
@@ -224,6 +243,8 @@ def audit_tail(
 ) -> None:
     """Show the newest audit records, readably (or as JSON Lines)."""
 
+    from workflow.store.repo import Store
+
     async def run() -> None:
         store = await Store.open(_db_url(database_url, data_dir))
         try:
@@ -247,6 +268,8 @@ def audit_tail(
 
 
 def _print_audit(rows: list[Any], json_out: bool) -> None:
+    from workflow.client.display import mask_text
+
     for r in rows:
         if json_out:
             sys.stdout.write(json.dumps({**r.model_dump(), "data": json.loads(r.data)}) + "\n")

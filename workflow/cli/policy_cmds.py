@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.markup import escape
 
-from workflow.classify.engine import classify
 from workflow.cli.common import (
     DEFAULT_DATA_DIR,
     DataDir,
@@ -24,31 +22,70 @@ from workflow.cli.common import (
     err_console,
     print_json,
 )
-from workflow.client.display import mask_secrets, mask_text
 from workflow.errors import ConfigError, describe_invalid
-from workflow.messages import (
-    Classification,
-    GetQuery,
-    OfferedQuery,
-    OfferedReply,
-    Proposal,
-    ProposalHistory,
-    Verdict,
-)
-from workflow.policy.catalog import (
-    CatalogTool,
-    load_catalog_text,
-    offered_tools,
-    parse_catalog,
-    pin_tools,
-    review_catalog,
-)
-from workflow.policy.coverage import approval_gaps
-from workflow.policy.engine import evaluate
-from workflow.policy.explain import explain_data, explain_lines
-from workflow.policy.load import load_policy
-from workflow.policy.model import Policy, default_policy
 from workflow.subjects import Subjects
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from workflow.classify.engine import classify
+    from workflow.client.display import mask_secrets, mask_text
+    from workflow.messages import (
+        Classification,
+        GetQuery,
+        OfferedQuery,
+        OfferedReply,
+        Proposal,
+        ProposalHistory,
+        Verdict,
+    )
+    from workflow.policy.catalog import (
+        CatalogTool,
+        load_catalog_text,
+        offered_tools,
+        parse_catalog,
+        pin_tools,
+        review_catalog,
+    )
+    from workflow.policy.coverage import approval_gaps
+    from workflow.policy.engine import evaluate
+    from workflow.policy.explain import explain_data, explain_lines
+    from workflow.policy.load import load_policy
+    from workflow.policy.model import Policy, default_policy
+
+
+def _runtime() -> None:
+    """Import what the commands use, when one runs: the classifier and the policy engine are
+    not loaded when the CLI starts (see `workflow.cli.common`)."""
+    from pydantic import ValidationError  # noqa: F401
+
+    from workflow.classify.engine import classify  # noqa: F401
+    from workflow.client.display import mask_secrets, mask_text  # noqa: F401
+    from workflow.messages import (  # noqa: F401
+        Classification,
+        GetQuery,
+        OfferedQuery,
+        OfferedReply,
+        Proposal,
+        ProposalHistory,
+        Verdict,
+    )
+    from workflow.policy.catalog import (  # noqa: F401
+        CatalogTool,
+        load_catalog_text,
+        offered_tools,
+        parse_catalog,
+        pin_tools,
+        review_catalog,
+    )
+    from workflow.policy.coverage import approval_gaps  # noqa: F401
+    from workflow.policy.engine import evaluate  # noqa: F401
+    from workflow.policy.explain import explain_data, explain_lines  # noqa: F401
+    from workflow.policy.load import load_policy  # noqa: F401
+    from workflow.policy.model import Policy, default_policy  # noqa: F401
+
+    globals().update(locals())
+
 
 policy_app = typer.Typer(help="Check a policy file.", no_args_is_help=True)
 tools_app = typer.Typer(
@@ -79,6 +116,7 @@ def policy_check(
 ) -> None:
     """Validate a policy file; with --tools, list every tool that is not a pure read and has
     no explicit entry (exit 1 when there is one)."""
+    _runtime()
     policy = load_policy(file)
     gaps = [gap.sentence() for gap in approval_gaps(policy)]
     if not json_out:
@@ -134,6 +172,7 @@ def explain(
     json_out: JsonOut = False,
 ) -> None:
     """Print the policy trail that decided a proposal: each step that applied, and why."""
+    _runtime()
     if (ident is None) == (proposal is None):
         raise ConfigError("give either a proposal/request ID or --proposal FILE")
     if proposal is not None:
@@ -193,6 +232,7 @@ def tools_offered(
 ) -> None:
     """Which tools an agent should be offered: allowed and approvable ones, not denied ones.
     Every call is still decided again when it is made."""
+    _runtime()
     try:
         raw: Any = json.loads(tools.read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -243,6 +283,7 @@ def tools_pin(
 
     From --tools FILE, or else from the tool definitions of proposals the service has seen.
     A tool whose definition later changes is treated as unknown until pinned again."""
+    _runtime()
     if tools is not None:
         catalog = _catalog(tools)
     else:

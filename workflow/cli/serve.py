@@ -12,8 +12,6 @@ import typer
 
 from workflow.cli.common import DEFAULT_DATA_DIR, DataDir, NatsUrl, Prefix
 from workflow.cli.logs import setup_logging
-from workflow.service.lifecycle import Service
-from workflow.service.settings import Settings
 
 
 class LogFormat(StrEnum):
@@ -185,6 +183,9 @@ def serve(
         log_level,
         process=f"intake worker pid {os.getpid()}" if intake_worker else None,
     )
+    from workflow.service.lifecycle import Service
+    from workflow.service.settings import Settings
+
     settings = Settings(
         data_dir=data_dir,
         nats_url=nats_url,

@@ -24,11 +24,7 @@ from workflow.cli.common import (
     load_key,
     print_json,
 )
-from workflow.client import transport
 from workflow.errors import ConfigError
-from workflow.messages import WebInvite, WebInviteReply
-from workflow.policy.durations import format_duration, parse_duration
-from workflow.subjects import Subjects
 
 web_app = typer.Typer(
     help="The web inbox: approve from a browser or a phone, signed with a passkey.",
@@ -67,6 +63,12 @@ def invite(
     """Print a one-time link that registers a passkey for approver NAME on the device that
     opens it. Signed with your approver key: an admin may invite anyone, an approver only
     themselves."""
+    # Imported when the command runs: `headgate --help` loads neither NATS nor the models.
+    from workflow.client import transport
+    from workflow.messages import WebInvite, WebInviteReply
+    from workflow.policy.durations import format_duration, parse_duration
+    from workflow.subjects import Subjects
+
     try:
         seconds = int(parse_duration(ttl))
     except ValueError as exc:

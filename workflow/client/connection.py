@@ -27,12 +27,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
-
-from nats.aio.client import Client as NATS
-from nats.errors import AuthorizationError
+from typing import TYPE_CHECKING, Any
 
 from workflow.errors import ConfigError, ConnectError
+
+if TYPE_CHECKING:  # nats-py is imported by `connect`: finding NATS (the data dir, the
+    # credentials) is what a hook or `headgate --help` needs, not the client library
+    from nats.aio.client import Client as NATS
 
 log = logging.getLogger("headgate.client.connection")
 
@@ -238,6 +239,8 @@ def when_reconnected(nc: NATS, listener: Callback) -> bool:
 
 def _refused(exc: Exception) -> bool:
     """The server refused the credentials (nats-py reports it as a plain protocol error)."""
+    from nats.errors import AuthorizationError
+
     text = str(exc).lower()
     return (
         isinstance(exc, AuthorizationError)
@@ -293,6 +296,8 @@ async def connect(
         "disconnected_cb": events.disconnected,
         "reconnected_cb": events.reconnected,
     }
+    from nats.aio.client import Client as NATS
+
     nc = events.nc = NATS()
     _LOGS[nc] = events
     attempt = asyncio.ensure_future(nc.connect(**settings))

@@ -1,7 +1,8 @@
 """Request/reply queries on `<prefix>.api.*` (core NATS, queue group `headgate-api`).
 
 Every handler answers: a result, or `{"error": "..."}` with a sentence — never silence, so a
-caller is not left waiting for a timeout on a bad request.
+caller is not left waiting for a timeout on a bad request. The subscribers are FastStream's
+(`workflow.service.broker`); the queries themselves are plain functions of the context.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 from pydantic import BaseModel, ValidationError
 
 from workflow.errors import HeadgateError, describe_invalid
@@ -148,24 +147,6 @@ ROUTES: dict[str, tuple[type[BaseModel], Handler]] = {
 }
 
 
-async def serve_api(ctx: ServiceContext) -> list[Subscription]:
-    subs = []
-    for name, (model, handler) in ROUTES.items():
-        subs.append(
-            await ctx.nc.subscribe(
-                ctx.subjects.api(name), queue=QUEUE, cb=_responder(ctx, name, model, handler)
-            )
-        )
-    subs.append(
-        await ctx.nc.subscribe(
-            ctx.subjects.api_status("*"),
-            queue=QUEUE,
-            cb=_responder(ctx, "status", GetQuery, agent_history),
-        )
-    )
-    return subs
-
-
 async def agent_history(ctx: ServiceContext, query: GetQuery, subject: str) -> BaseModel:
     """`history`, answering only about the proposals of the agent named in the subject."""
     agent = ctx.subjects.token_after(subject, "api.status")
@@ -175,24 +156,25 @@ async def agent_history(ctx: ServiceContext, query: GetQuery, subject: str) -> B
     return ApiError(error=f"No proposal or request with id {query.id!r} for agent {agent}.")
 
 
-def _responder(
-    ctx: ServiceContext, name: str, model: type[BaseModel], handler: Handler
-) -> Callable[[Msg], Awaitable[None]]:
-    async def respond(msg: Msg) -> None:
-        if not msg.reply:
-            return
+async def answer(
+    ctx: ServiceContext,
+    name: str,
+    model: type[BaseModel],
+    handler: Handler,
+    data: bytes,
+    subject: str,
+) -> bytes:
+    """The reply to one query: its result, or an `ApiError` sentence (never silence)."""
+    try:
+        query = model.model_validate_json(data or b"{}")
+    except ValidationError as exc:
+        reply: BaseModel = ApiError(error=f"Invalid {name} request: {describe_invalid(exc)}.")
+    else:
         try:
-            query = model.model_validate_json(msg.data or b"{}")
-        except ValidationError as exc:
-            answer: BaseModel = ApiError(error=f"Invalid {name} request: {describe_invalid(exc)}.")
-        else:
-            try:
-                answer = await handler(ctx, query, msg.subject)
-            except HeadgateError as exc:
-                answer = ApiError(error=str(exc))
-            except Exception as exc:
-                log.exception("api %s failed", name)
-                answer = ApiError(error=f"The {name} query failed: {exc}.")
-        await msg.respond(answer.model_dump_json().encode())
-
-    return respond
+            reply = await handler(ctx, query, subject)
+        except HeadgateError as exc:
+            reply = ApiError(error=str(exc))
+        except Exception as exc:
+            log.exception("api %s failed", name)
+            reply = ApiError(error=f"The {name} query failed: {exc}.")
+    return reply.model_dump_json().encode()

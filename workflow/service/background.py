@@ -17,11 +17,12 @@ from pydantic import ValidationError
 
 from workflow.approvals import expire
 from workflow.effects import AuditEntry, ExecutionRecord, StepWrite
+from workflow.errors import describe_invalid
 from workflow.messages import Classification, Executed, Proposal, Verdict
 from workflow.outcomes import Outcome
 from workflow.routing import SERVICE_ACTOR, closing_effects
 from workflow.service.context import ServiceContext
-from workflow.service.stage import settle_failure
+from workflow.service.stage import Settle, Unprocessable
 from workflow.store.requests import ConcurrentUpdate
 
 log = logging.getLogger("headgate.background")
@@ -119,23 +120,29 @@ class Auditor:
 
     def __init__(self, ctx: ServiceContext):
         self.ctx = ctx
+        self.settle = Settle("auditor", ctx.dead, ctx.retry, ctx.metrics)
 
     async def __call__(self, msgs: Sequence[Msg]) -> None:
         for msg in msgs:
-            try:
-                await self._one(msg)
-                await msg.ack()
-            except ValidationError as exc:
-                await self.ctx.dead("auditor", msg, f"invalid execution report: {exc.errors()[0]}")
-            except Exception as exc:
-                await settle_failure(msg, str(exc), self._dead, self.ctx.retry)
+            await self.handle(msg)
 
-    async def _dead(self, msg: Msg, error: str) -> None:
-        await self.ctx.dead("auditor", msg, error)
+    async def handle(self, msg: Msg) -> None:
+        """Record one report and settle its message (never raises)."""
+        try:
+            await self._one(msg)
+        except Unprocessable as exc:
+            await self.settle.unprocessable(msg, str(exc))
+        except Exception as exc:
+            await self.settle.failed(msg, str(exc))
+        else:
+            await self.settle.ack(msg)
 
     async def _one(self, msg: Msg) -> None:
         ctx = self.ctx
-        report = Executed.model_validate_json(msg.data)
+        try:
+            report = Executed.model_validate_json(msg.data)
+        except ValidationError as exc:
+            raise Unprocessable(f"invalid execution report: {describe_invalid(exc)}") from exc
         agent = ctx.subjects.token_after(msg.subject, "executed")
         now = ctx.now()
         released = await ctx.store.executions.release_exists(report.proposal_id, report.release_id)

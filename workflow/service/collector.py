@@ -50,7 +50,7 @@ from workflow.routing import SERVICE_ACTOR, closing_effects, reopened_audit
 from workflow.service.context import ServiceContext
 from workflow.service.publishing import Sent, send_events
 from workflow.service.pull import attempts
-from workflow.service.stage import settle_failure
+from workflow.service.stage import Settle, Unprocessable
 from workflow.service.tracing import span_headers
 from workflow.signing import verify_raw
 from workflow.store.requests import ConcurrentUpdate
@@ -58,10 +58,6 @@ from workflow.store.requests import ConcurrentUpdate
 log = logging.getLogger("headgate.collector")
 STAGE = "collector"
 MAX_RACES = 8
-
-
-class Permanent(Exception):
-    """The message can never be processed; it goes to the dead-letter subject."""
 
 
 Apply = Callable[[Msg], Awaitable[list[OutboxEvent]]]
@@ -94,6 +90,7 @@ class PasskeyApprovers:
 class Collector:
     def __init__(self, ctx: ServiceContext):
         self.ctx = ctx
+        self.settle = Settle(STAGE, ctx.dead, ctx.retry, ctx.metrics)
 
     async def __call__(self, msgs: Sequence[Msg]) -> None:
         sent: list[tuple[Msg, Sent]] = []
@@ -108,8 +105,8 @@ class Collector:
                 else:
                     events = await self._with_retries(self._decision, msg)
                 sent.append((msg, await send_events(self.ctx.js, events)))
-            except Permanent as exc:
-                await self.ctx.dead(STAGE, msg, str(exc))
+            except Unprocessable as exc:
+                await self.settle.unprocessable(msg, str(exc))
             except Exception as exc:
                 await self._failed(msg, str(exc))
         for msg, published in sent:
@@ -119,7 +116,7 @@ class Collector:
                 # Committed: the redelivered decision is recognised and re-publishes its events.
                 await self._failed(msg, f"publishing its events failed: {exc!r}")
                 continue
-            await msg.ack()
+            await self.settle.ack(msg)
             self.ctx.marker.add(ids)
 
     async def _failed(self, msg: Msg, error: str) -> None:
@@ -130,10 +127,7 @@ class Collector:
             error,
             extra={"request_id": token, "stage": STAGE},
         )
-        await settle_failure(msg, error, self._dead, self.ctx.retry)
-
-    async def _dead(self, msg: Msg, error: str) -> None:
-        await self.ctx.dead(STAGE, msg, error)
+        await self.settle.failed(msg, error)
 
     async def _with_retries(self, fn: Apply, msg: Msg) -> list[OutboxEvent]:
         """Apply `msg`; returns the events to publish (committed with the change)."""
@@ -164,13 +158,13 @@ class Collector:
         try:
             raw = json.loads(msg.data)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise Permanent(f"the decision is not JSON: {exc}") from exc
+            raise Unprocessable(f"the decision is not JSON: {exc}") from exc
         if not isinstance(raw, dict):
-            raise Permanent("the decision must be a JSON object")
+            raise Unprocessable("the decision must be a JSON object")
         try:
             decision = ApprovalDecision.model_validate(raw)
         except ValidationError as exc:
-            raise Permanent(f"invalid decision: {describe_invalid(exc)}") from exc
+            raise Unprocessable(f"invalid decision: {describe_invalid(exc)}") from exc
         now = ctx.now()
         token = ctx.subjects.token_after(msg.subject, "decisions")
         if token != decision.request_id:
@@ -385,7 +379,7 @@ class Collector:
         try:
             request = Cancel.model_validate_json(msg.data)
         except ValidationError as exc:
-            raise Permanent(f"invalid cancel: {exc.errors()[0]['msg']}") from exc
+            raise Unprocessable(f"invalid cancel: {exc.errors()[0]['msg']}") from exc
         agent = ctx.subjects.token_after(msg.subject, "cancel")
         now = ctx.now()
         loaded = await ctx.store.requests.load(request.proposal_id)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -21,6 +21,13 @@ from workflow.subjects import Subjects
 
 log = logging.getLogger("headgate.service")
 
+#: What time it is, for everything the service decides (expiry, clock skew, timestamps).
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
 
 @dataclass
 class ServiceContext:
@@ -33,6 +40,8 @@ class ServiceContext:
     metrics: Metrics = field(default_factory=Metrics)
     #: Where approvers' browsers reach the web inbox, when this service serves it.
     web_url: str | None = None
+    #: A test hands in its own clock to move past a TTL instead of sleeping through it.
+    clock: Clock = utc_now
     #: Marks the outbox rows of confirmed events published, for every stage, off their path.
     marker: PublishedMarker = field(init=False)
 
@@ -40,7 +49,7 @@ class ServiceContext:
         self.marker = PublishedMarker(self.store.outbox.mark_published)
 
     def now(self) -> datetime:
-        return datetime.now(UTC)
+        return self.clock()
 
     async def publish(self, events: Sequence[OutboxEvent]) -> None:
         """Publish outbox events, wait for JetStream to confirm them, have them marked
@@ -51,7 +60,7 @@ class ServiceContext:
 
     async def dead(self, stage: str, msg: Msg, error: str) -> None:
         """Publish a message to `<prefix>.dead.<stage>` with the error, then ack it."""
-        log.warning("dead letter from %s on %s: %s", stage, msg.subject, error)
+        log.warning("dead letter from %s on %s: %.500s", stage, msg.subject, error)
         await publish_events(self.js, [dead_letter_event(self.subjects, stage, msg, error)])
         await msg.ack()
         self.metrics.dead_letters.labels(stage).inc()

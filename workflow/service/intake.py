@@ -26,7 +26,7 @@ from workflow.routing import SERVICE_ACTOR, intake_events, route
 from workflow.service.context import ServiceContext
 from workflow.service.model_check import model_check
 from workflow.service.publishing import publish_events
-from workflow.service.stage import settle_failure
+from workflow.service.stage import Settle, Unprocessable
 from workflow.service.tracing import span_headers, trace_headers
 
 log = logging.getLogger("headgate.intake")
@@ -36,6 +36,7 @@ STAGE = "intake"
 class Intake:
     def __init__(self, ctx: ServiceContext):
         self.ctx = ctx
+        self.settle = Settle(STAGE, ctx.dead, ctx.retry, ctx.metrics)
         self._http: httpx.AsyncClient | None = None
 
     async def flush(self) -> None:
@@ -44,16 +45,16 @@ class Intake:
             await self._http.aclose()
             self._http = None
 
-    def _classify(self, msg: Msg) -> tuple[Proposal, Classification] | str:
-        """The proposal and its classification, or why it cannot be processed (permanent)."""
+    def _classify(self, msg: Msg) -> tuple[Proposal, Classification]:
+        """The proposal and its classification; `Unprocessable` when it can never be."""
         ctx = self.ctx
         agent = ctx.subjects.token_after(msg.subject, "proposals")
         try:
             proposal = Proposal.model_validate_json(msg.data)
         except ValidationError as exc:
-            return f"invalid proposal: {describe_invalid(exc)}"
+            raise Unprocessable(f"invalid proposal: {describe_invalid(exc)}") from exc
         if agent is None or proposal.agent != agent:
-            return (
+            raise Unprocessable(
                 f"the proposal names agent {proposal.agent!r} but arrived on {msg.subject}; "
                 "an agent may only propose as itself"
             )
@@ -117,33 +118,26 @@ class Intake:
         bad: list[tuple[Msg, str]] = []
         for msg in msgs:
             try:
-                outcome = self._classify(msg)
+                classified.append((msg, *self._classify(msg)))
+            except Unprocessable as exc:
+                bad.append((msg, str(exc)))
             except Exception as exc:  # a bug must not lose the message: retry, then dead-letter
                 log.exception("intake: unexpected error on %s", msg.subject)
-                await settle_failure(msg, f"internal error: {exc!r}", self._dead, self.ctx.retry)
-                continue
-            if isinstance(outcome, str):
-                bad.append((msg, outcome))
-            else:
-                classified.append((msg, *outcome))
+                await self.settle.failed(msg, f"internal error: {exc!r}")
         now = self.ctx.now()  # one batch, one moment: its rows share the timestamp
         for msg, proposal, classification in await self._model_checked(classified):
             try:
                 good.append((msg, self._route(msg, proposal, classification, now)))
             except Exception as exc:
                 log.exception("intake: unexpected error on %s", msg.subject)
-                await settle_failure(msg, f"internal error: {exc!r}", self._dead, self.ctx.retry)
+                await self.settle.failed(msg, f"internal error: {exc!r}")
         good, events = await self._commit(good, bad, now)
         if not await self._publish(good, events, now):
             good = []
         for msg, _ in good:
-            await msg.ack()
+            await self.settle.ack(msg)
         for msg, error in bad:
-            try:
-                await self.ctx.dead(STAGE, msg, error)
-            except Exception as exc:
-                log.warning("intake: dead-lettering failed (%s); will retry", exc)
-                await msg.nak(delay=1.0)
+            await self.settle.unprocessable(msg, error)
 
     async def _publish(
         self, good: Sequence[tuple[Msg, IntakeRecord]], events: list[OutboxEvent], now: datetime
@@ -236,7 +230,4 @@ class Intake:
 
     async def _retry(self, good: Sequence[tuple[Msg, IntakeRecord]], error: str) -> None:
         for msg, _ in good:
-            await settle_failure(msg, error, self._dead, self.ctx.retry)
-
-    async def _dead(self, msg: Msg, error: str) -> None:
-        await self.ctx.dead(STAGE, msg, error)
+            await self.settle.failed(msg, error)

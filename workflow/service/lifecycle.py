@@ -8,10 +8,14 @@ import gc
 import logging
 import os
 import signal
+from functools import partial
 from pathlib import Path
 
+from faststream.nats import NatsBroker
+from faststream.nats.security import NatsCredentials, NatsNKey, NatsUserPassword
+from faststream.security import BaseSecurity
 from nats.aio.client import Client as NATS
-from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
 
 from workflow import datadir
 from workflow.effects import AuditEntry
@@ -19,8 +23,8 @@ from workflow.errors import ConfigError, ConnectError, HeadgateError
 from workflow.policy.coverage import approval_gaps
 from workflow.policy.load import load_policy
 from workflow.policy.model import Policy
-from workflow.service.api import serve_api
-from workflow.service.background import Auditor, every
+from workflow.service.background import every
+from workflow.service.broker import build_app
 from workflow.service.collector import Collector
 from workflow.service.context import ServiceContext
 from workflow.service.embedded import EmbeddedNats
@@ -30,7 +34,13 @@ from workflow.service.metrics import HealthServer
 from workflow.service.outreach import Outreach
 from workflow.service.settings import Settings, load_settings_policy
 from workflow.service.stage import PullStage, RetryPolicy
-from workflow.service.streams import ensure_streams, service_consumers
+from workflow.service.streams import (
+    ConsumerSpec,
+    ensure_consumer,
+    ensure_streams,
+    service_consumers,
+)
+from workflow.service.supervisor import Supervisor
 from workflow.service.workers import IntakeWorkers, worker_argv
 from workflow.store.engine import in_memory_sqlite
 from workflow.store.repo import Store
@@ -107,8 +117,9 @@ class Service:
         self.embedded: EmbeddedNats | None = None
         self.ctx: ServiceContext | None = None
         self.stopping = asyncio.Event()
-        self.tasks: list[asyncio.Task[None]] = []
-        self.api_subs: list[Subscription] = []
+        self.supervisor = Supervisor(self.stopping)
+        #: The FastStream application (API, auditor); None in an intake worker.
+        self.broker: NatsBroker | None = None
         self.stages: list[PullStage] = []
         self.ready = False
         self.url = ""
@@ -119,6 +130,8 @@ class Service:
         self._reload: asyncio.Future[bool] | None = None
         self._access_seed: Path | None = None
         self.outreach: Outreach | None = None
+        #: The nkey seed the service's connections authenticate with (None: none).
+        self._nkey: str | None = None
 
     def _lock_data_dir(self) -> None:
         self._lock_fd = datadir.lock(self.settings.data_dir)
@@ -164,6 +177,7 @@ class Service:
         else:
             self.url, nkey = self._start_embedded(), str(self._access_seed)
         try:
+            self._nkey = nkey
             nc = await connect_nats(s, self.url, nkey=nkey)
             store = await Store.open(s.db_url)
         except BaseException:
@@ -183,37 +197,50 @@ class Service:
         self.ctx = ctx = ServiceContext(
             nc, js, store, self.subjects, policy, retry=RetryPolicy(base_delay=s.retry_base_delay)
         )
+        if s.clock is not None:
+            ctx.clock = s.clock
         consumers = service_consumers(self.subjects)
         m = ctx.metrics
+        self.supervisor.metrics = m
+        intake = Intake(ctx)
         self.stages = [
-            PullStage(nc, js, consumers["intake"], Intake(ctx), batch=s.batch, metrics=m)
+            PullStage(
+                nc, js, consumers["intake"], intake, batch=s.batch, metrics=m, settle=intake.settle
+            )
         ]
         if not s.intake_worker:
             await store.audit.append(
                 [AuditEntry("service.start", "headgate", {"policy_revision": policy.revision})],
                 ctx.now(),
             )
-            self.stages += [
-                PullStage(nc, js, consumers["collector"], Collector(ctx), batch=64, metrics=m),
-                PullStage(nc, js, consumers["auditor"], Auditor(ctx), batch=64, metrics=m),
-            ]
-        if not s.intake_worker:
+            collector = Collector(ctx)
+            self.stages.append(
+                PullStage(
+                    nc, js, consumers["collector"], collector, batch=64, metrics=m,
+                    settle=collector.settle,
+                )
+            )  # fmt: skip
             # Before the stages run: the notifier must not miss the first held request.
             await self._start_outreach(ctx)
         for stage in self.stages:
-            self.tasks.append(asyncio.create_task(stage.run(self.stopping)))
-        if not s.intake_worker:
-            self.tasks.append(
-                asyncio.create_task(every(s.sweep_interval, "sweep", ctx, self.stopping))
+            self.supervisor.start(
+                stage.spec.durable,
+                partial(stage.run, self.stopping),
+                stall_after=s.stall_after,
             )
-            self.tasks.append(
-                asyncio.create_task(every(s.republish_interval, "republish", ctx, self.stopping))
+        if not s.intake_worker:
+            self.supervisor.start(
+                "sweeper", lambda _: every(s.sweep_interval, "sweep", ctx, self.stopping)
+            )
+            self.supervisor.start(
+                "republisher",
+                lambda _: every(s.republish_interval, "republish", ctx, self.stopping),
             )
         if s.policy_path is not None:
             self._policy_mtime = s.policy_path.stat().st_mtime
-            self.tasks.append(asyncio.create_task(self._watch_policy()))
+            self.supervisor.start("policy watcher", lambda _: self._watch_policy())
         if not s.intake_worker:
-            self.api_subs = await serve_api(ctx)
+            await self._start_broker(js, consumers["auditor"])
             if s.intake_processes > 1:
                 self.workers = IntakeWorkers(
                     [self._worker_options(i) for i in range(s.intake_processes - 1)],
@@ -247,6 +274,19 @@ class Service:
             await ctx.store.close()
             self._stop_embedded()
             raise
+
+    async def _start_broker(self, js: JetStreamContext, auditor: ConsumerSpec) -> None:
+        """Start the FastStream application: the API and the auditor (its durable first, with
+        the service's consumer settings: FastStream binds to it)."""
+        s = self.settings
+        await ensure_consumer(js, auditor)
+        self.broker = build_app(
+            self.subjects,
+            self.url.split(","),
+            context=lambda: self.ctx,
+            security=_security(s, self._nkey),
+        )
+        await self.broker.start()
 
     def _start_embedded(self) -> str:
         """Start the embedded nats-server with its accounts, on the port it had last time
@@ -306,7 +346,8 @@ class Service:
         return worker_argv(options)
 
     async def readiness(self) -> tuple[bool, dict[str, str]]:
-        """Ready = started, connected to NATS, the database answers, the streams exist."""
+        """Ready = started, connected to NATS, the database answers, the streams exist, and
+        every stage and periodic task runs (none stopped or stalled)."""
         checks: dict[str, str] = {}
         ctx = self.ctx
         checks["service"] = "ok" if self.ready else "starting or stopping"
@@ -323,6 +364,16 @@ class Service:
             checks["streams"] = "ok"
         except Exception as exc:
             checks["streams"] = f"missing: {exc or type(exc).__name__}"
+        if self.broker is not None:
+            try:
+                api_ok = await asyncio.wait_for(self.broker.ping(2), 3)
+            except Exception:
+                api_ok = False
+            checks["api"] = "ok" if api_ok else "the API and auditor connection is down"
+        problems = self.supervisor.problems()
+        checks["stages"] = (
+            "; ".join(f"{name} {why}" for name, why in sorted(problems.items())) or "ok"
+        )
         return all(v == "ok" for v in checks.values()), checks
 
     async def reload_policy(self, reason: str = "SIGHUP") -> bool:
@@ -394,11 +445,10 @@ class Service:
             await self.health.stop()
         if self.outreach is not None:
             await self.outreach.stop()
-        for sub in self.api_subs:
+        if self.broker is not None:
             with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-        if self.tasks:
-            await asyncio.gather(*self.tasks, return_exceptions=True)
+                await asyncio.wait_for(self.broker.stop(), 5)
+        await self.supervisor.wait()
         if self.ctx is not None:
             await self.ctx.marker.flush()  # the stages are done: write their last marks
             nc = self.ctx.nc
@@ -444,6 +494,17 @@ def _listen_error(exc: HeadgateError, port: int) -> HeadgateError:
             "pass another --nats-port, or --nats-port 0 for a free one"
         )
     return exc
+
+
+def _security(s: Settings, nkey: str | None) -> BaseSecurity | None:
+    """The FastStream application authenticates as the service's own connection does."""
+    if s.nats_creds:
+        return NatsCredentials(Path(s.nats_creds))
+    if nkey:
+        return NatsNKey.from_file(nkey)
+    if s.nats_user:
+        return NatsUserPassword(s.nats_user, s.nats_password or "")
+    return None
 
 
 def _redact(url: str) -> str:

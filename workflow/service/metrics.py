@@ -103,6 +103,19 @@ class Metrics:
             "headgate_dead_letters", "Messages sent to the dead-letter subject, by stage.",
             ["stage"], registry=r,
         )  # fmt: skip
+        self.stage_errors = Counter(
+            "headgate_stage_errors",
+            "Failures a stage survived, by stage and kind (handler: a batch raised; ack, nak: "
+            "settling a message failed; dead_letter: publishing a dead letter failed).",
+            ["stage", "kind"],
+            registry=r,
+        )
+        self.stage_restarts = Counter(
+            "headgate_stage_restarts",
+            "Stages and periodic tasks restarted after they stopped, by name.",
+            ["stage"],
+            registry=r,
+        )
         self.redeliveries = Counter(
             "headgate_redeliveries",
             "Messages delivered more than once (a failure or crash before the ack), by stage.",

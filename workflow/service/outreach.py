@@ -9,15 +9,12 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from nats.aio.subscription import Subscription
-
 from workflow import datadir
 from workflow.notify.config import NotifyConfig, with_url
 from workflow.notify.notifier import Notifier
 from workflow.service.context import ServiceContext
 from workflow.service.escalator import escalate_every
 from workflow.service.settings import Settings
-from workflow.service.web_api import serve_web_api
 
 if TYPE_CHECKING:  # the web inbox's modules load only when it is served
     from workflow.web.server import WebServer
@@ -39,7 +36,6 @@ class Outreach:
     def __init__(self, ctx: ServiceContext, settings: Settings):
         self.ctx = ctx
         self.settings = settings
-        self.subs: list[Subscription] = []
         self.web: WebServer | None = None
         self.notifier: Notifier | None = None
         self.tasks: list[asyncio.Task[None]] = []
@@ -49,7 +45,6 @@ class Outreach:
         """Before the stages start: the notifier's consumers must exist before anything is
         held, so that it misses nothing."""
         ctx, s = self.ctx, self.settings
-        self.subs = await serve_web_api(ctx)
         if s.web_port is not None:
             await self._start_web()
         config = notify_config(s, ctx.policy.notify)
@@ -92,9 +87,6 @@ class Outreach:
 
     async def stop(self) -> None:
         self.stopping.set()
-        for sub in self.subs:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
         if self.web is not None:
             await self.web.stop()
             with contextlib.suppress(OSError):

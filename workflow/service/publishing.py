@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -59,22 +60,40 @@ async def publish_events(js: JetStreamContext, events: Iterable[OutboxEvent]) ->
     return await (await send_events(js, events)).confirmed()
 
 
+#: The most of a dead message's payload (bytes) a dead letter keeps, and of its error
+#: (characters): even escaped (a character can become six), the letter stays far below the
+#: server's max payload (1 MB by default), so a large input cannot make its own dead letter
+#: unpublishable.
+DEAD_PAYLOAD_LIMIT = 32 * 1024
+DEAD_ERROR_LIMIT = 2000
+
+
 def dead_letter_event(subjects: Subjects, stage: str, msg: Msg, error: str) -> OutboxEvent:
+    data = msg.data or b""
+    kept = data[:DEAD_PAYLOAD_LIMIT]
     encoding: Literal["utf-8", "base64"] = "utf-8"
     try:
-        payload = msg.data.decode()
+        data.decode()
+        # Valid UTF-8 as a whole: a cut can only split the last character, which is dropped.
+        payload = kept.decode(errors="ignore")
     except UnicodeDecodeError:
-        payload, encoding = base64.b64encode(msg.data).decode(), "base64"
+        payload, encoding = base64.b64encode(kept).decode(), "base64"
+    if len(error) > DEAD_ERROR_LIMIT:
+        error = error[: DEAD_ERROR_LIMIT - 1] + "…"
+    digest = hashlib.sha256(data).hexdigest()
     try:
         seq = f"{msg.metadata.stream}:{msg.metadata.sequence.stream}"
-    except Exception:
-        seq = f"{msg.subject}:{hash(msg.data)}"
+    except Exception:  # not a JetStream message
+        seq = f"{msg.subject}:{digest[:24]}"
     letter = DeadLetter(
         stage=stage,
         subject=msg.subject,
         error=error,
         payload=payload,
         payload_encoding=encoding,
+        payload_size=len(data),
+        payload_sha256=digest,
+        truncated=len(kept) < len(data),
         deliveries=attempts(msg),
         received_at=datetime.now(UTC),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -126,9 +127,13 @@ class Puller:
         self.pending += want
         self.heard = max(self.heard, now)
 
-    async def next_batch(self, limit: int, stopping: asyncio.Event) -> list[Msg]:
-        """What is queued, up to `limit`, as soon as there is one message; [] when stopping."""
+    async def next_batch(
+        self, limit: int, stopping: asyncio.Event, beat: Callable[[], None] = lambda: None
+    ) -> list[Msg]:
+        """What is queued, up to `limit`, as soon as there is one message; [] when stopping.
+        `beat` is called on every wake-up (at least every `tick` seconds)."""
         while True:
+            beat()
             if self.failure is not None:
                 failure, self.failure = self.failure, None
                 raise PullFailed(failure)

@@ -11,6 +11,7 @@ from workflow import datadir
 from workflow.policy.load import load_policy
 from workflow.policy.model import Policy, default_policy
 from workflow.policy.schema import Approver
+from workflow.service.context import Clock
 from workflow.service.streams import PER_AGENT_BACKLOG
 
 log = logging.getLogger("headgate")
@@ -28,6 +29,8 @@ class Settings:
     batch: int = 256
     sweep_interval: float = 1.0
     republish_interval: float = 5.0
+    #: A stage whose loop gives no sign of life for this long is reported stalled by /readyz.
+    stall_after: float = 60.0
     connect_timeout: float = 60.0
     retry_base_delay: float = 1.0
     per_agent_backlog: int = PER_AGENT_BACKLOG
@@ -57,6 +60,8 @@ class Settings:
     web_key: Path | None = None
     #: One more notification channel that gets every event (`serve --notify URL`).
     notify_url: str | None = None
+    #: The service's clock (`ServiceContext.clock`); None: the system's, in UTC.
+    clock: Clock | None = None
 
     @property
     def db_url(self) -> str:

@@ -5,6 +5,12 @@ A stage fetches a batch, commits its effects in one transaction, publishes the r
 and waits for JetStream to confirm them, and only then acks the input. A failure before the ack
 means redelivery (with backoff), never loss; a message that keeps failing for MAX_ATTEMPTS
 deliveries is published to `<prefix>.dead.<stage>` with the last error and then acked.
+
+One convention for every stage (`Settle`): a message that can never succeed raises or is given
+`Unprocessable` and is dead-lettered at once; any other failure is retried with backoff, then
+dead-lettered. Nothing a message does ends a stage: an exception escaping the handler naks the
+batch (it is counted and logged), a failed ack or nak is left to redelivery, and a dead letter
+that cannot be published is retried later.
 """
 
 from __future__ import annotations
@@ -28,6 +34,11 @@ from workflow.service.streams import MAX_ATTEMPTS, ConsumerSpec, consumer_config
 log = logging.getLogger("headgate.stage")
 
 
+class Unprocessable(Exception):
+    """This message can never be processed (malformed, forbidden, conflicting): it goes to the
+    dead-letter subject with this error, at once and without retries."""
+
+
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """How a failing message is retried: delays base, 2×base, 4×base… capped at max_delay,
@@ -46,6 +57,102 @@ DEFAULT_RETRY = RetryPolicy()
 
 
 BatchHandler = Callable[[Sequence[Msg]], Awaitable[None]]
+DeadLetterer = Callable[[str, Msg, str], Awaitable[None]]
+
+
+def settled(msg: Msg) -> bool:
+    """Whether the message was acked, naked or terminated already (nats-py records it)."""
+    return bool(getattr(msg, "_ackd", False))
+
+
+class Settle:
+    """How the messages of one stage end: acked, retried later, or dead-lettered.
+
+    None of these raises: a failure to ack or nak leaves the message to redelivery after its
+    ack wait (every stage processes a redelivery idempotently), a dead letter that cannot be
+    published naks the message so the dead-lettering is tried again. Each is logged and
+    counted (`headgate_stage_errors`).
+    """
+
+    def __init__(
+        self,
+        stage: str,
+        dead: DeadLetterer,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        metrics: Metrics | None = None,
+    ):
+        self.stage = stage
+        self._dead = dead
+        self.retry = retry
+        self.metrics = metrics
+
+    def _count(self, kind: str) -> None:
+        if self.metrics is not None:
+            self.metrics.stage_errors.labels(self.stage, kind).inc()
+
+    async def ack(self, msg: Msg) -> None:
+        try:
+            await msg.ack()
+        except Exception as exc:
+            self._count("ack")
+            log.warning(
+                "%s: acking %s failed (%s); it is redelivered and recognised",
+                self.stage,
+                msg.subject,
+                exc or type(exc).__name__,
+                extra={"stage": self.stage},
+            )
+
+    async def nak(self, msg: Msg, delay: float) -> None:
+        try:
+            await msg.nak(delay=delay)
+        except Exception as exc:
+            self._count("nak")
+            log.warning(
+                "%s: naking %s failed (%s); it is redelivered after its ack wait",
+                self.stage,
+                msg.subject,
+                exc or type(exc).__name__,
+                extra={"stage": self.stage},
+            )
+
+    async def unprocessable(self, msg: Msg, error: str) -> None:
+        """Dead-letter `msg` now (it can never succeed)."""
+        try:
+            await self._dead(self.stage, msg, error)
+        except Exception as exc:
+            self._count("dead_letter")
+            log.error(
+                "%s: dead-lettering %s failed (%s); will retry",
+                self.stage,
+                msg.subject,
+                exc or type(exc).__name__,
+                extra={"stage": self.stage},
+            )
+            await self.nak(msg, self.retry.delay(attempts(msg)))
+
+    async def failed(self, msg: Msg, error: str) -> None:
+        """Retry `msg` later with backoff, or dead-letter it when out of attempts."""
+        if attempts(msg) >= self.retry.max_attempts:
+            await self.unprocessable(msg, f"gave up after {attempts(msg)} deliveries: {error}")
+            return
+        await self.nak(msg, self.retry.delay(attempts(msg)))
+
+    async def batch_failed(self, msgs: Sequence[Msg], exc: BaseException) -> None:
+        """The handler raised: every message of the batch not settled yet is retried."""
+        self._count("handler")
+        log.error(
+            "%s: the batch of %d failed (%s: %s); its messages are retried",
+            self.stage,
+            len(msgs),
+            type(exc).__name__,
+            exc,
+            exc_info=exc,
+            extra={"stage": self.stage},
+        )
+        for msg in msgs:
+            if not settled(msg):
+                await self.failed(msg, f"internal error: {exc!r}")
 
 
 async def unless_stopped(work: Coroutine[Any, Any, None], stopping: asyncio.Event) -> bool:
@@ -69,6 +176,10 @@ async def unless_stopped(work: Coroutine[Any, Any, None], stopping: asyncio.Even
     return False
 
 
+async def _no_dead_letters(stage: str, msg: Msg, error: str) -> None:
+    raise RuntimeError(f"stage {stage} has no dead-letter subject")
+
+
 class PullStage:
     """Runs one durable pull consumer: take what has arrived, hand it to the handler, repeat.
 
@@ -87,6 +198,7 @@ class PullStage:
         batch: int = 256,
         poll: float = 1.0,
         metrics: Metrics | None = None,
+        settle: Settle | None = None,
     ):
         self.nc, self.js, self.spec = nc, js, spec
         self.handler = handler
@@ -94,8 +206,12 @@ class PullStage:
         self.poll = poll
         self.processed = 0
         self.metrics = metrics
+        self.settle = settle or Settle(spec.durable, _no_dead_letters, metrics=metrics)
 
-    async def run(self, stopping: asyncio.Event) -> None:
+    async def run(self, stopping: asyncio.Event, beat: Callable[[], None] = lambda: None) -> None:
+        """Serve the consumer until `stopping` is set. `beat` is called at least every `poll`
+        seconds while the loop is alive (idle or busy), never while a batch hangs: a
+        supervisor tells a stalled stage by it."""
         # Creating the consumer retries for up to a minute while NATS is away: a stop request
         # must not wait for that.
         if not await unless_stopped(ensure_consumer(self.js, self.spec), stopping):
@@ -112,8 +228,9 @@ class PullStage:
         pause = 0.5
         try:
             while not stopping.is_set():
+                beat()
                 try:
-                    msgs = await puller.next_batch(self.batch, stopping)
+                    msgs = await puller.next_batch(self.batch, stopping, beat)
                 except Exception as exc:  # disconnected, consumer deleted, no JetStream, …
                     if self.nc.is_closed:
                         return
@@ -132,7 +249,10 @@ class PullStage:
                 pause = 0.5
                 # Shielded: a stop request lets the batch in hand finish (ack after commit).
                 started = time.perf_counter()
-                await asyncio.shield(self.handler(msgs))
+                try:
+                    await asyncio.shield(self.handler(msgs))
+                except Exception as exc:  # a message must not end the stage: retry the batch
+                    await self.settle.batch_failed(msgs, exc)
                 self.processed += len(msgs)
                 if self.metrics is not None:
                     self._observe(msgs, time.perf_counter() - started)
@@ -154,16 +274,3 @@ class PullStage:
         again = sum(1 for m in msgs if attempts(m) > 1)
         if again:
             self.metrics.redeliveries.labels(stage).inc(again)
-
-
-async def settle_failure(
-    msg: Msg,
-    error: str,
-    dead: Callable[[Msg, str], Awaitable[None]],
-    retry: RetryPolicy = DEFAULT_RETRY,
-) -> None:
-    """A message whose processing failed: retry later, or dead-letter it when out of attempts."""
-    if attempts(msg) >= retry.max_attempts:
-        await dead(msg, f"gave up after {attempts(msg)} deliveries: {error}")
-        return
-    await msg.nak(delay=retry.delay(attempts(msg)))

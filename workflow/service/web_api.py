@@ -24,8 +24,6 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 from pydantic import BaseModel, ValidationError
 
 from workflow.approvals import DEFAULT_MAX_SKEW
@@ -46,7 +44,6 @@ from workflow.store.passkeys import PasskeyTaken
 from workflow.subjects import WEB_API_NAMES
 
 log = logging.getLogger("headgate.api")
-QUEUE = "headgate-api"
 ADMIN_ROLE = "admin"
 
 
@@ -146,37 +143,23 @@ ROUTES: dict[str, tuple[type[BaseModel], Handler]] = {
 assert set(ROUTES) == set(WEB_API_NAMES)
 
 
-async def serve_web_api(ctx: ServiceContext) -> list[Subscription]:
-    return [
-        await ctx.nc.subscribe(
-            ctx.subjects.api_web(name), queue=QUEUE, cb=_responder(ctx, name, model, handler)
-        )
-        for name, (model, handler) in ROUTES.items()
-    ]
-
-
-def _responder(
-    ctx: ServiceContext, name: str, model: type[BaseModel], handler: Handler
-) -> Callable[[Msg], Awaitable[None]]:
-    async def respond(msg: Msg) -> None:
-        if not msg.reply:
-            return
-        answer: BaseModel
+async def answer(ctx: ServiceContext, name: str, data: bytes) -> bytes:
+    """The reply to one `api.web.<name>` request: never raises, errors answer as ApiError."""
+    model, handler = ROUTES[name]
+    reply: BaseModel
+    try:
+        raw = json.loads(data or b"{}")
+        if not isinstance(raw, dict):
+            raise ValueError("not a JSON object")
+        query = model.model_validate(raw)
+    except ValidationError as exc:
+        reply = ApiError(error=f"Invalid web.{name} request: {describe_invalid(exc)}.")
+    except (ValueError, UnicodeDecodeError) as exc:
+        reply = ApiError(error=f"Invalid web.{name} request: {exc}.")
+    else:
         try:
-            raw = json.loads(msg.data or b"{}")
-            if not isinstance(raw, dict):
-                raise ValueError("not a JSON object")
-            query = model.model_validate(raw)
-        except ValidationError as exc:
-            answer = ApiError(error=f"Invalid web.{name} request: {describe_invalid(exc)}.")
-        except (ValueError, UnicodeDecodeError) as exc:
-            answer = ApiError(error=f"Invalid web.{name} request: {exc}.")
-        else:
-            try:
-                answer = await handler(ctx, raw, query)
-            except Exception as exc:
-                log.exception("api web.%s failed", name)
-                answer = ApiError(error=f"The web.{name} query failed: {exc}.")
-        await msg.respond(answer.model_dump_json().encode())
-
-    return respond
+            reply = await handler(ctx, raw, query)
+        except Exception as exc:
+            log.exception("api web.%s failed", name)
+            reply = ApiError(error=f"The web.{name} query failed: {exc}.")
+    return reply.model_dump_json().encode()

@@ -1,0 +1,251 @@
+"""The service's FastStream application: the request/reply API, the auditor, and the events the
+stages publish — the source of the AsyncAPI document (`headgate schemas`).
+
+The low-rate subscribers run on FastStream: the API (`<prefix>.api.*`, core NATS, queue group
+`headgate-api`) and the auditor (`<prefix>.executed.>`, the durable pull consumer `auditor`).
+The intake and the collector stay on the batch runner (`workflow.service.stage`): FastStream's
+per-message overhead caps a JetStream stage at a fraction of what batched nats-py does, and a
+stage needs its whole batch for one transaction (docs/bench.md). They are described here from
+the consumer specs they run on (`streams.service_consumers`), so the document lists every
+subject the service reads, with a handler behind each.
+
+Handlers take no `Context` or `NatsMessage` parameter (each would cost a thread-pool hop per
+message): the broker runs with `apply_types=False` and a handler reads the message it serves
+from `broker.context`. The annotations document the payloads. Acks are ours (`AckPolicy.MANUAL`,
+`Settle`), not FastStream's default, which terminates a message whose handler raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from faststream import AckPolicy
+from faststream.nats import JStream, NatsBroker, PullSub
+from pydantic import BaseModel
+
+from workflow.messages import (
+    ApiError,
+    ApprovalDecision,
+    Blocked,
+    Cancel,
+    DeadLetter,
+    Escalated,
+    Executed,
+    GetQuery,
+    Held,
+    InboxItem,
+    InvitationQuery,
+    InvitationReply,
+    Notified,
+    OfferedQuery,
+    OfferedReply,
+    PasskeyInfo,
+    PasskeyQuery,
+    PasskeyRegistration,
+    PendingQuery,
+    PendingReply,
+    Proposal,
+    ProposalHistory,
+    Released,
+    WebInvite,
+    WebInviteReply,
+)
+from workflow.service import api, web_api
+from workflow.service.background import Auditor
+from workflow.service.context import ServiceContext
+from workflow.service.streams import service_consumers
+from workflow.subjects import Subjects
+
+QUEUE = api.QUEUE
+
+
+@dataclass(frozen=True)
+class Query:
+    """One request/reply subject: its query and reply models, and what answers it."""
+
+    name: str
+    model: type[BaseModel]
+    reply: type[BaseModel]
+    handler: api.Handler
+    description: str
+
+
+QUERIES = (
+    Query("pending", PendingQuery, PendingReply, api.pending,
+          "Held requests, oldest first (CLI, approvers)."),
+    Query("get", GetQuery, ProposalHistory, api.history,
+          "A proposal's whole history, by proposal or request id."),
+    Query("explain", GetQuery, ProposalHistory, api.history,
+          "The policy trail that decided a proposal."),
+    Query("offered", OfferedQuery, OfferedReply, api.offered,
+          "Which tools of a catalog to offer an agent at all."),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class WebQuery:
+    """One `api.web.<name>` subject of the web inbox (`service.web_api` answers it)."""
+
+    name: str
+    model: type[BaseModel]
+    reply: type[BaseModel]
+    description: str
+
+
+WEB_QUERIES = (
+    WebQuery("invite", WebInvite, WebInviteReply,
+             "A one-time passkey sign-up link for an approver (signed by an admin or that "
+             "approver)."),
+    WebQuery("invitation", InvitationQuery, InvitationReply,
+             "Who an invitation is for, while it is valid (the web inbox)."),
+    WebQuery("register", PasskeyRegistration, PasskeyInfo,
+             "Store a verified passkey for an invitation's approver (the web inbox)."),
+    WebQuery("passkey", PasskeyQuery, PasskeyInfo,
+             "A registered passkey and what its approver may do (the web inbox)."),
+)  # fmt: skip
+
+#: What each batch stage reads (by consumer), for the document: subject kind -> message.
+STAGE_MESSAGES: dict[str, dict[str, type[BaseModel]]] = {
+    "intake": {"proposals": Proposal},
+    "collector": {"decisions": ApprovalDecision, "cancel": Cancel},
+}
+
+#: What the service publishes: subject kind -> (message, description).
+EVENTS: dict[str, tuple[type[BaseModel], str]] = {
+    "inbox": (InboxItem, "A held call waiting for approvals (approvers read it durably)."),
+    "held": (Held, "Told to the proposing agent: its call waits for approval."),
+    "released": (Released, "The call may run; at most once per proposal."),
+    "blocked": (Blocked, "The call will never run: denied, rejected, expired or cancelled."),
+    "dead": (DeadLetter, "Input a stage could not process, with the error (operators)."),
+    "escalated": (Escalated, "A step of a held request's escalation ladder (notifiers)."),
+    "notified": (Notified, "A notification delivered or failed, per channel (operators)."),
+}
+
+ContextSource = Callable[[], ServiceContext | None]
+
+
+def build_app(
+    subjects: Subjects,
+    servers: Sequence[str] = ("nats://127.0.0.1:4222",),
+    *,
+    context: ContextSource = lambda: None,
+    documentation: bool = False,
+    **connect: Any,
+) -> NatsBroker:
+    """The broker the service runs (`documentation=False`), or the same with the batch stages
+    added for the AsyncAPI document (never started)."""
+    broker = NatsBroker(list(servers), logger=None, apply_types=False, **connect)
+
+    def current() -> ServiceContext:
+        ctx = context()
+        if ctx is None:
+            raise RuntimeError("the service is not started")
+        return ctx
+
+    def message() -> Any:
+        return broker.context.get_local("message").raw_message
+
+    for query in QUERIES:
+        _api(broker, subjects, query, current, message)
+    _api(
+        broker, subjects,
+        Query("status", GetQuery, ProposalHistory, api.agent_history,
+              "An agent's own view of its proposals: answers only about the agent in the "
+              "subject, so permissions can grant it to that agent alone."),
+        current, message, subject=subjects.api_status("*"),
+    )  # fmt: skip
+
+    for web in WEB_QUERIES:
+        _web_api(broker, subjects, web, current, message)
+
+    auditors: dict[int, Auditor] = {}
+
+    @broker.subscriber(
+        subjects.executed(">"),
+        stream=JStream(subjects.stream("executed"), declare=False),
+        durable="auditor",
+        pull_sub=PullSub(batch_size=64, timeout=1.0),
+        ack_policy=AckPolicy.MANUAL,
+        title="executed",
+        description="Agents report what happened when they ran a released call (audited).",
+    )
+    async def executed(body: Executed) -> None:
+        ctx = current()
+        auditor = auditors.get(id(ctx))
+        if auditor is None:
+            auditor = auditors[id(ctx)] = Auditor(ctx)
+        await auditor.handle(message())
+
+    for kind, (model, description) in EVENTS.items():
+        broker.publisher(
+            getattr(subjects, kind)("*"), schema=model, title=kind, description=description
+        )
+    if documentation:
+        _batch_stages(broker, subjects)
+    return broker
+
+
+def _api(
+    broker: NatsBroker,
+    subjects: Subjects,
+    query: Query,
+    current: Callable[[], ServiceContext],
+    message: Callable[[], Any],
+    *,
+    subject: str | None = None,
+) -> None:
+    async def respond(body: Any) -> bytes:
+        msg = message()
+        return await api.answer(
+            current(), query.name, query.model, query.handler, msg.data, msg.subject
+        )
+
+    respond.__annotations__ = {"body": query.model, "return": query.reply}
+    broker.subscriber(
+        subject or subjects.api(query.name),
+        queue=QUEUE,
+        title=f"api.{query.name}",
+        description=f"{query.description} Errors answer as {ApiError.__name__}.",
+    )(respond)
+
+
+def _web_api(
+    broker: NatsBroker,
+    subjects: Subjects,
+    query: WebQuery,
+    current: Callable[[], ServiceContext],
+    message: Callable[[], Any],
+) -> None:
+    async def respond(body: Any) -> bytes:
+        return await web_api.answer(current(), query.name, message().data)
+
+    respond.__annotations__ = {"body": query.model, "return": query.reply}
+    broker.subscriber(
+        subjects.api_web(query.name),
+        queue=QUEUE,
+        title=f"api.web.{query.name}",
+        description=f"{query.description} Errors answer as {ApiError.__name__}.",
+    )(respond)
+
+
+def _batch_stages(broker: NatsBroker, subjects: Subjects) -> None:
+    """The batch stages' consumers, for the document only (their runner is nats-py)."""
+    for name, spec in service_consumers(subjects).items():
+        for kind, model in STAGE_MESSAGES.get(name, {}).items():
+            address = getattr(subjects, kind)("*")
+            assert any(address[:-1] in f for f in spec.filter_subjects), (name, kind)
+
+            async def documented(body: Any) -> None:
+                raise RuntimeError("documentation only")
+
+            documented.__annotations__ = {"body": model, "return": None}
+            broker.subscriber(
+                address,
+                stream=JStream(spec.stream, declare=False),
+                durable=spec.durable,
+                pull_sub=True,
+                title=kind,
+                description=f"Read by the {name} stage (durable consumer `{spec.durable}`).",
+            )(documented)
