@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,7 @@ def decode_user_key(public_key: str) -> bytes | None:
     return bytes(body[1:])
 
 
+@functools.lru_cache(maxsize=1024)  # the same few approvers sign every decision
 def _verify_key(public_key: str) -> nacl.signing.VerifyKey | None:
     key = decode_user_key(public_key)
     return nacl.signing.VerifyKey(key) if key is not None else None

@@ -226,6 +226,7 @@ async def start_rig(config: BenchConfig, reporter: Reporter) -> Rig:
         bot = BotApprover(nc.jetstream(), subjects, key, config.think)
         observer = Observer(subjects, relay_prefix)
         observer.bot = bot
+        bot.on_sent = observer.decided
         await observer.subscribe(obs_nc)
         await obs_nc.flush()
         reporter.say(f"service pid {service.pid} (prefix {subjects.prefix}), relay pid {relay.pid}")
@@ -306,6 +307,17 @@ def summarize_rounds(rounds: list[dict[str, Any]], rig_usage: Usage) -> dict[str
     read_p50 = read_lat.get("p50") if read_lat else None
     tp_ratio = ratio(read_tp, relay_tp)
     p50_ratio = ratio(read_p50, relay_p50)
+    # At the mix's maximum: an approval against the reads of the same phase (median of the
+    # rounds' own ratios).
+    approved_ratio = median_of(
+        [
+            ratio(
+                (_lat(r["mix_max"], "approved") or {}).get("p50"),
+                (_lat(r["mix_max"], "read") or {}).get("p50"),
+            )
+            for r in rounds
+        ]
+    )
     return {
         "offered_rate": rate,
         "relay": {
@@ -321,6 +333,9 @@ def summarize_rounds(rounds: list[dict[str, Any]], rig_usage: Usage) -> dict[str
             "mix_throughput": mix_tp,
             "read_latency_ms": read_lat,
             "approved_latency_ms": lat("mix_rate", "approved"),
+            "approved_from_inbox_latency_ms": lat("mix_rate", "approved_from_inbox"),
+            "read_latency_ms_at_mix_max": lat("mix_max", "read"),
+            "approved_latency_ms_at_mix_max": lat("mix_max", "approved"),
             "held_latency_ms": lat("mix_rate", "held"),
             "denied_latency_ms": lat("mix_rate", "denied"),
             "read_latency_ms_at_max": lat("reads_max", "read"),
@@ -337,6 +352,7 @@ def summarize_rounds(rounds: list[dict[str, Any]], rig_usage: Usage) -> dict[str
             "read_throughput": tp_ratio,
             "mix_throughput": ratio(mix_tp, relay_tp),
             "read_p50": p50_ratio,
+            "approved_p50_to_read_p50_at_mix_max": approved_ratio,
             "read_p99": ratio(
                 read_lat.get("p99") if read_lat else None,
                 relay_lat.get("p99") if relay_lat else None,
@@ -345,6 +361,9 @@ def summarize_rounds(rounds: list[dict[str, Any]], rig_usage: Usage) -> dict[str
         "targets": {
             "read_throughput_at_least_half_of_relay": None if tp_ratio is None else tp_ratio >= 0.5,
             "read_p50_at_most_twice_relay": None if p50_ratio is None else p50_ratio <= 2.0,
+            "approved_p50_at_most_twice_read_p50_at_mix_max": None
+            if approved_ratio is None
+            else approved_ratio <= 2.0,
         },
     }
 

@@ -16,6 +16,7 @@ from workflow.policy.model import Policy
 from workflow.service.metrics import Metrics
 from workflow.service.publishing import PublishedMarker, dead_letter_event, publish_events
 from workflow.service.stage import DEFAULT_RETRY, RetryPolicy
+from workflow.store.priority import PriorityLock
 from workflow.store.repo import Store
 from workflow.subjects import Subjects
 
@@ -42,6 +43,10 @@ class ServiceContext:
     web_url: str | None = None
     #: A test hands in its own clock to move past a TTL instead of sleeping through it.
     clock: Clock = utc_now
+    #: The stages' turns at the event loop (one core): the intake and the collector hold it
+    #: while they compute, commit and send a batch (not while they wait for PubAcks); when
+    #: both have a batch, the collector's (urgent: people wait for their approvals) goes first.
+    turns: PriorityLock = field(default_factory=PriorityLock)
     #: Marks the outbox rows of confirmed events published, for every stage, off their path.
     marker: PublishedMarker = field(init=False)
 

@@ -25,7 +25,7 @@ from workflow.policy.engine import evaluate
 from workflow.routing import SERVICE_ACTOR, intake_events, route
 from workflow.service.context import ServiceContext
 from workflow.service.model_check import model_check
-from workflow.service.publishing import publish_events
+from workflow.service.publishing import Sent, send_events
 from workflow.service.stage import Settle, Unprocessable
 from workflow.service.tracing import span_headers, trace_headers
 
@@ -124,25 +124,41 @@ class Intake:
             except Exception as exc:  # a bug must not lose the message: retry, then dead-letter
                 log.exception("intake: unexpected error on %s", msg.subject)
                 await self.settle.failed(msg, f"internal error: {exc!r}")
-        now = self.ctx.now()  # one batch, one moment: its rows share the timestamp
-        for msg, proposal, classification in await self._model_checked(classified):
-            try:
-                good.append((msg, self._route(msg, proposal, classification, now)))
-            except Exception as exc:
-                log.exception("intake: unexpected error on %s", msg.subject)
-                await self.settle.failed(msg, f"internal error: {exc!r}")
-        good, events = await self._commit(good, bad, now)
-        if not await self._publish(good, events, now):
+        checked = await self._model_checked(classified)
+        # Routing, the commit and sending the events take the event loop's turn, after any
+        # batch of decisions waiting for it; the PubAcks are awaited after the turn.
+        async with self.ctx.turns.hold():
+            now = self.ctx.now()  # one batch, one moment: its rows share the timestamp
+            for msg, proposal, classification in checked:
+                try:
+                    good.append((msg, self._route(msg, proposal, classification, now)))
+                except Exception as exc:
+                    log.exception("intake: unexpected error on %s", msg.subject)
+                    await self.settle.failed(msg, f"internal error: {exc!r}")
+            good, events = await self._commit(good, bad, now)
+            sending = await self._send(events)
+        if not await self._publish(good, events, sending, now):
             good = []
         for msg, _ in good:
             await self.settle.ack(msg)
         for msg, error in bad:
             await self.settle.unprocessable(msg, error)
 
+    async def _send(self, events: list[OutboxEvent]) -> Sent | Exception:
+        """Hand the events to JetStream (PubAcks not awaited); the error if that failed."""
+        try:
+            return await send_events(self.ctx.js, events)
+        except Exception as exc:
+            return exc
+
     async def _publish(
-        self, good: Sequence[tuple[Msg, IntakeRecord]], events: list[OutboxEvent], now: datetime
+        self,
+        good: Sequence[tuple[Msg, IntakeRecord]],
+        events: list[OutboxEvent],
+        sending: Sent | Exception,
+        now: datetime,
     ) -> bool:
-        """Publish the batch's events and wait for JetStream to confirm them.
+        """Wait for JetStream to confirm the batch's events (`sending`).
 
         No outbox row is written on this path: the proposals are acked only after the PubAcks,
         so until then their own JetStream messages stand in for it (a redelivery finds the rows
@@ -151,7 +167,9 @@ class Intake:
         redelivered. Returns whether the messages may be acked.
         """
         try:
-            await publish_events(self.ctx.js, events)
+            if isinstance(sending, Exception):
+                raise sending
+            await sending.confirmed()
             return True
         except Exception as exc:
             error = f"publishing results failed: {exc}"
