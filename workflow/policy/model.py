@@ -28,6 +28,7 @@ from workflow.messages import (
 from workflow.notify.config import NotifyConfig
 from workflow.policy.durations import Duration
 from workflow.policy.requirement import ApprovalSpec
+from workflow.policy.retention import RetentionSpec
 from workflow.policy.schema import (
     DEFAULT_CLASS_DECISIONS,
     Approver,
@@ -80,6 +81,9 @@ class Policy(Strict):
     classifier: ClassifierTables = Field(default_factory=ClassifierTables)
     notify: NotifyConfig = Field(
         default_factory=NotifyConfig, description="Notification channels and routes."
+    )
+    retention: RetentionSpec = Field(
+        default_factory=RetentionSpec, description="How long decided proposals and audit are kept."
     )
 
     @model_validator(mode="after")

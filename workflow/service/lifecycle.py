@@ -32,6 +32,7 @@ from workflow.service.embedded_access import prepare_access
 from workflow.service.intake import Intake
 from workflow.service.metrics import HealthServer
 from workflow.service.outreach import Outreach
+from workflow.service.retention import pruner
 from workflow.service.settings import Settings, load_settings_policy
 from workflow.service.stage import PullStage, RetryPolicy
 from workflow.service.streams import (
@@ -205,9 +206,10 @@ class Service:
         intake = Intake(ctx)
         self.stages = [
             PullStage(
-                nc, js, consumers["intake"], intake, batch=s.batch, metrics=m, settle=intake.settle
+                nc, js, consumers["intake"], intake, batch=s.batch, metrics=m,
+                settle=intake.settle,
             )
-        ]
+        ]  # fmt: skip
         if not s.intake_worker:
             await store.audit.append(
                 [AuditEntry("service.start", "headgate", {"policy_revision": policy.revision})],
@@ -236,6 +238,7 @@ class Service:
                 "republisher",
                 lambda _: every(s.republish_interval, "republish", ctx, self.stopping),
             )
+            self.supervisor.start("pruner", lambda _: pruner(ctx, s.data_dir, self.stopping))
         if s.policy_path is not None:
             self._policy_mtime = s.policy_path.stat().st_mtime
             self.supervisor.start("policy watcher", lambda _: self._watch_policy())

@@ -9,6 +9,7 @@
 | `executions` | `store.executions` | agents' execution reports |
 | `passkeys` | `store.passkeys` | approvers' passkeys and the invitations that register them |
 | `escalations` | `store.escalations` | how far each request climbed its escalation ladder |
+| `retention` | `store.retention` | pruning what the retention policy no longer keeps |
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from workflow.store.outbox import Outbox
 from workflow.store.passkeys import Passkeys
 from workflow.store.proposals import Proposals
 from workflow.store.requests import Requests
+from workflow.store.retention import Retention
 
 
 class Store:
@@ -33,6 +35,7 @@ class Store:
         self.executions = Executions(db, self.audit)
         self.passkeys = Passkeys(db, self.audit)
         self.escalations = Escalations(db, self.requests)
+        self.retention = Retention(db, self.audit)
 
     @classmethod
     async def open(cls, url: str) -> Store:
