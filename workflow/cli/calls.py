@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import json
 import uuid
@@ -138,6 +137,8 @@ def propose(
     Exit codes with --wait: 0 released, 3 blocked (denied/rejected/expired/cancelled),
     4 still pending when the wait ended.
     """
+    import asyncio
+
     _runtime()
     arguments = parse_json_option(args, "--args")
     if not isinstance(arguments, dict):
@@ -194,6 +195,8 @@ async def _propose(
 
 
 async def _follow(hg: Headgate, proposal: Proposal, wait: float, json_out: bool) -> int:
+    import asyncio
+
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     try:
@@ -253,6 +256,8 @@ def pending(
     json_out: JsonOut = False,
 ) -> None:
     """List held approval requests, oldest first."""
+    import asyncio
+
     _runtime()
 
     async def run() -> PendingReply:
@@ -284,6 +289,8 @@ def _decide(
     prefix: str,
     json_out: bool,
 ) -> None:
+    import asyncio
+
     signer = load_key(key, data_dir)
     subjects = Subjects(prefix)
 
@@ -376,6 +383,8 @@ def show(
     json_out: JsonOut = False,
 ) -> None:
     """Print a proposal's whole history: classification, verdict, decisions, outcome."""
+    import asyncio
+
     _runtime()
 
     async def run() -> ProposalHistory:
