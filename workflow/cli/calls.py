@@ -62,9 +62,25 @@ if TYPE_CHECKING:
     )
 
 
+def _agent_runtime() -> None:
+    """Import what `propose` uses, when it runs: the agent SDK and the wire models, not the
+    approver's side (`headgate --help` and the CLI's start load none of it; see
+    `workflow.cli.common`)."""
+    from pydantic import ValidationError  # noqa: F401
+
+    from workflow.client import transport  # noqa: F401
+    from workflow.client.agent import Headgate  # noqa: F401
+    from workflow.client.connection import Role, resolve_nats  # noqa: F401
+    from workflow.client.display import mask_text  # noqa: F401
+    from workflow.client.errors import NotProcessed, ResultTimeout  # noqa: F401
+    from workflow.messages import Proposal, Released  # noqa: F401
+
+    globals().update(locals())
+
+
 def _runtime() -> None:
-    """Import what the commands use, when one runs: `headgate --help` and the CLI's start
-    load none of it (the SDKs, NATS, pydantic's models; see `workflow.cli.common`)."""
+    """Import what the approver's commands use, when one runs."""
+    _agent_runtime()
     from pydantic import ValidationError  # noqa: F401
     from rich.table import Table  # noqa: F401
     from rich.text import Text  # noqa: F401
@@ -139,7 +155,7 @@ def propose(
     """
     import asyncio
 
-    _runtime()
+    _agent_runtime()
     arguments = parse_json_option(args, "--args")
     if not isinstance(arguments, dict):
         raise ConfigError('--args must be a JSON object, e.g. \'{"path": "x"}\'')
