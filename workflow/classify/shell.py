@@ -35,6 +35,7 @@ from workflow.classify.shellstate import (
 from workflow.classify.tables import ClassifierTables
 from workflow.classify.targets import Access, check_path, normalise, path_rules
 from workflow.classify.taxonomy import Category, RiskClass, Severity
+from workflow.classify.textguard import describe, odd_character, scanner_hazard
 
 MAX_DEPTH = 6
 MAX_COMMAND_BYTES = 64 * 1024
@@ -395,6 +396,8 @@ def analyse_source(source: str, label: str, state: ShellState) -> frozenset[str]
             _parse_failure(f"{label} is longer than {MAX_COMMAND_BYTES} bytes; it fails closed.")
         )
         return frozenset()
+    if not _text_ok(source, label, state):
+        return frozenset()
     tree = _parse(data).root_node
     if tree.has_error:
         state.add(
@@ -409,6 +412,36 @@ def analyse_source(source: str, label: str, state: ShellState) -> frozenset[str]
         return Walker(state).walk(tree)
     finally:
         state.depth -= 1
+
+
+def odd_text_finding(ch: str, label: str) -> Finding:
+    return finding(
+        "shell.odd_character",
+        f"{label} contains {describe(ch)}, a control or invisible character that shells and "
+        "screens split or show differently, so what an approver reads may not be what runs; "
+        "it fails closed (exec, high).",
+        RiskClass.EXEC,
+        Severity.HIGH,
+        fail_closed=True,
+    )
+
+
+def _text_ok(source: str, label: str, state: ShellState) -> bool:
+    """Refuses, before parsing, text the parser could crash on or that hides what it does."""
+    ch = odd_character(source)
+    if ch is not None:
+        state.add(odd_text_finding(ch, label))
+        return False
+    if scanner_hazard(source):
+        state.add(
+            _parse_failure(
+                f"{label} puts a non-ASCII character right after `{{`, `$`, `?` or an option "
+                "dash, where the shell parser cannot read it safely; it fails closed "
+                "(critical)."
+            )
+        )
+        return False
+    return True
 
 
 @lru_cache(maxsize=2048)
@@ -460,6 +493,10 @@ def command_findings(
     """Findings for a shell command (a string for a shell, or an argv list run directly)."""
     state = new_state(cwd, tables)
     if isinstance(command, list):
+        odd = next((c for c in map(odd_character, command) if c is not None), None)
+        if odd is not None:
+            state.add(odd_text_finding(odd, "The command"))
+            return state.findings
         commands.analyse_argv([Word.of(w) for w in command], state)
         return state.findings
     shell_name = posixpath.basename(shell) if shell else None
