@@ -12,7 +12,7 @@ from __future__ import annotations
 import posixpath
 from enum import Enum
 
-from workflow.classify import rules, ruleset
+from workflow.classify import builtins, rules, ruleset
 from workflow.classify.findings import finding
 from workflow.classify.readonly import READ_ONLY
 from workflow.classify.shellstate import (
@@ -20,10 +20,10 @@ from workflow.classify.shellstate import (
     DYNAMIC,
     FETCH,
     INTERP,
-    SENSITIVE_VARS,
     UNKNOWN_WORD,
     ShellState,
     Word,
+    is_sensitive,
     shown,
 )
 from workflow.classify.targets import Access, check_path, normalise
@@ -149,6 +149,9 @@ def analyse_argv(
     if name in ("cd", "pushd") and args:
         target = args[-1]
         st.cwd = normalise(target.text, st.cwd, st.rules.home) if target.value else "/" + DYNAMIC
+    feature = builtins.HANDLERS.get(name)
+    if feature is not None:
+        feature(name, args, st)
     said, traits, path_args = ruleset.apply(name, args, st, stdin_text)
     if said is None:
         checker = READ_ONLY.get(name)
@@ -335,8 +338,8 @@ def _env(name: str, args: list[Word], st: ShellState, stdin_text: str | None) ->
         return _nested(split, "The `env -S` text", st)
     while rest and rest[0].value is not None and "=" in rest[0].value:
         var = rest[0].value.split("=", 1)[0]
-        if var in SENSITIVE_VARS:
-            st.add(rules.sensitive_variable(var))
+        if is_sensitive(var, rest[0].value.split("=", 1)[1]):
+            st.add(builtins.sensitive_assignment(var))
         rest = rest[1:]
     if not rest:
         st.add(rules.env_dump(f"{name} {shown(args)}".strip()))
@@ -427,6 +430,19 @@ def _find(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -
     return frozenset(traits)
 
 
+def _command(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
+    if any(w.value is not None and w.value.startswith("-") and "p" in w.value for w in args[:3]):
+        st.add(
+            builtins.shell_feature(
+                "shell.command_default_path",
+                f"`command {shown(args)}` looks the program up in a default PATH of its own",
+            )
+        )
+    if args and args[0].value not in ("-v", "-V"):
+        return analyse_argv(_skip_options(args, frozenset()), st, stdin_text)
+    return _bare(name, args, st)
+
+
 _WRAPPERS: dict[str, rules.Wrapper] = {
     "env": _env,
     "nohup": _plain(frozenset()),
@@ -435,11 +451,7 @@ _WRAPPERS: dict[str, rules.Wrapper] = {
     "ionice": _plain(frozenset({"-c", "-n", "-p", "-t"})),
     "stdbuf": _plain(frozenset({"-i", "-o", "-e"})),
     "setsid": _plain(frozenset()),
-    "command": lambda n, a, s, i: (
-        analyse_argv(_skip_options(a, frozenset()), s, i)
-        if a and a[0].value not in ("-v", "-V")
-        else _bare(n, a, s)
-    ),
+    "command": _command,
     "builtin": _plain(frozenset()),
     "exec": _plain(frozenset({"-a"})),
     "unbuffer": _plain(frozenset()),

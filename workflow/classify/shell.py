@@ -10,6 +10,7 @@ is unparseable and fails closed; so does nesting (`bash -c "bash -c '…'"`) dee
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import re
 from functools import lru_cache
@@ -17,7 +18,7 @@ from functools import lru_cache
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser, Tree
 
-from workflow.classify import commands
+from workflow.classify import builtins, commands
 from workflow.classify.findings import Finding, finding
 from workflow.classify.memo import per_object
 from workflow.classify.rules import env_dump
@@ -26,11 +27,11 @@ from workflow.classify.shellstate import (
     DYNAMIC,
     FETCH,
     INTERP,
-    SENSITIVE_VARS,
     ShellState,
     Template,
     Word,
     compile_template,
+    is_sensitive,
 )
 from workflow.classify.tables import ClassifierTables
 from workflow.classify.targets import Access, check_path, normalise, path_rules
@@ -44,6 +45,10 @@ _LANGUAGE = Language(tree_sitter_bash.language())
 _PARSER = Parser(_LANGUAGE)
 
 _SECRET_VAR = re.compile(r"(?i)(secret|token|passw|api_?key|private_?key|credential|auth)")
+#: An array subscript holding a command substitution (`a[$(id)]`), written as quoted data:
+#: arithmetic (`$((n))`, `[[ n -eq 0 ]]`, `declare -i`), `[[ -v ]]`, indirect expansion and
+#: `printf -v` evaluate such text as code when a variable holds it.
+_SUBSCRIPT_CODE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\[[^\]]*(?:\$\(|`)")
 _SAFE_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
 _ANSI_SIMPLE = {
     "a": "\a",
@@ -129,13 +134,11 @@ class Walker:
         t = node.type
         if t == "word" or t == "number":
             text = _unescape_word(_text(node))
-            return Word(text, text)
+            return self._data(text)
         if t == "raw_string":
-            text = _text(node)[1:-1]
-            return Word(text, text)
+            return self._data(_text(node)[1:-1])
         if t == "ansi_c_string":
-            text = _ansi_c(_text(node)[2:-1])
-            return Word(text, text)
+            return self._data(_ansi_c(_text(node)[2:-1]))
         if t in ("string", "translated_string", "concatenation"):
             return self._join([self._part(c) for c in node.named_children], node)
         if t in ("simple_expansion", "expansion"):
@@ -146,10 +149,21 @@ class Walker:
         traits = self.walk_children(node)
         return Word(None, _text(node) or DYNAMIC, traits)
 
+    def _data(self, text: str) -> Word:
+        """A static word; text that would run code if evaluated as a subscript fails closed."""
+        if ("[" in text) and _SUBSCRIPT_CODE.search(text):
+            self.st.add(
+                builtins.shell_feature(
+                    "shell.subscript_code",
+                    f"The text `{text[:60]}` holds an array subscript with a command "
+                    "substitution, which arithmetic and `[[ -v ]]` evaluate as code",
+                )
+            )
+        return Word(text, text)
+
     def _part(self, node: Node) -> Word:
         if node.type == "string_content":
-            text = _unescape_dq(_text(node))
-            return Word(text, text)
+            return self._data(_unescape_dq(_text(node)))
         return self.word(node)
 
     def _join(self, parts: list[Word], node: Node) -> Word:
@@ -167,6 +181,8 @@ class Walker:
         name = _text(names[0]) if names else ""
         simple = node.type == "simple_expansion" or _text(node) == "${" + name + "}"
         traits = self.walk_children(node) if node.type == "expansion" else frozenset()
+        if node.type == "expansion":
+            self._expansion_operators(node, name)
         if name == "HOME" and simple:
             return Word(self.st.rules.home, self.st.rules.home)
         if _SECRET_VAR.search(name):
@@ -181,6 +197,26 @@ class Walker:
                 )
             )
         return Word(None, DYNAMIC, traits)
+
+    def _expansion_operators(self, node: Node, name: str) -> None:
+        """`${x@P}` runs the value as a prompt string; `${!x}` names the variable to expand at
+        run time, evaluating any subscript in it: both evaluate data as code."""
+        kinds = [c.type for c in node.children]
+        if any(a == "@" and b == "P" for a, b in itertools.pairwise(kinds)):
+            self.st.add(
+                builtins.shell_feature(
+                    "shell.prompt_expansion",
+                    f"`${{{name}@P}}` expands a value as a prompt string, running the command "
+                    "substitutions in it",
+                )
+            )
+        if kinds[1:2] == ["!"] and "variable_name" in kinds and not {"*", "@"} & set(kinds):
+            self.st.add(
+                builtins.shell_feature(
+                    "shell.indirect_expansion",
+                    f"`${{!{name}}}` expands the variable whose name `{name}` holds at run time",
+                )
+            )
 
     # ------------------------------------------------------------------ structure
 
@@ -215,25 +251,35 @@ class Walker:
             return self.word(node).traits
         if t == "comment":
             return frozenset()
+        if t == "function_definition":
+            fname = node.child_by_field_name("name")
+            self.st.add(
+                builtins.shell_feature(
+                    "shell.function_definition",
+                    f"The command defines the function `{_text(fname) if fname else '?'}`, "
+                    "which replaces any later command of that name",
+                )
+            )
+        elif t == "unset_command":
+            words = [
+                Word.of(_text(c)) if c.type == "variable_name" else self.word(c)
+                for c in node.named_children
+            ]
+            builtins.HANDLERS["unset"]("unset", words, self.st)
+        elif t in ("for_statement", "select_statement"):
+            var = node.child_by_field_name("variable")
+            if var is not None and is_sensitive(_text(var)):
+                self.st.add(builtins.sensitive_assignment(_text(var), "loops over"))
         return self.walk_children(node)
 
     def assignment(self, node: Node) -> frozenset[str]:
         name_node = node.child_by_field_name("name")
         name = _text(name_node) if name_node else ""
         value = node.child_by_field_name("value")
-        traits = self.word(value).traits if value is not None else frozenset()
-        if name in SENSITIVE_VARS:
-            self.st.add(
-                finding(
-                    "shell.sensitive_variable",
-                    f"The command sets `{name}`, which changes which programs run or how the "
-                    "line is split, so the analysis cannot vouch for it (exec, high).",
-                    RiskClass.EXEC,
-                    Severity.HIGH,
-                    fail_closed=True,
-                )
-            )
-        return traits
+        word = self.word(value) if value is not None else Word("", "")
+        if is_sensitive(name.split("[", 1)[0], word.value):
+            self.st.add(builtins.sensitive_assignment(name))
+        return word.traits
 
     def command(self, node: Node, stdin_text: str | None) -> frozenset[str]:
         words: list[Word] = []
@@ -302,6 +348,17 @@ class Walker:
         named = node.named_children
         if named and all(c.type == "word" and _text(c).startswith("-") for c in named):
             self.st.add(env_dump(_text(node)))
+        keyword = _text(node.children[0]) if node.children else ""
+        options = [_text(c) for c in named if c.type == "word" and _text(c)[:1] in "-+"]
+        flags = {ch for option in options for ch in option[1:]}
+        bare = [
+            Word.of(_text(c)) if c.type == "variable_name" else self.word(c)
+            for c in named
+            if c.type in ("variable_name", "word", "string", "raw_string", "simple_expansion")
+            and _text(c)[:1] not in "-+"
+        ]
+        targets = len(bare) + sum(c.type == "variable_assignment" for c in named)
+        builtins.declaration(keyword, flags, bare, targets, self.st)
         return self.walk_children(node)
 
     def redirected(self, node: Node) -> frozenset[str]:

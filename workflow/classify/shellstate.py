@@ -39,8 +39,90 @@ SENSITIVE_VARS = frozenset(
         "SHELLOPTS",
         "BASHOPTS",
         "PS4",
+        # pagers, editors and preprocessors that "read-only" programs run
+        "GIT_PAGER",
+        "MANPAGER",
+        "MANOPT",
+        "SYSTEMD_PAGER",
+        "PSQL_PAGER",
+        "BAT_PAGER",
+        "VISUAL",
+        "BROWSER",
+        "GIT_EDITOR",
+        "GIT_SEQUENCE_EDITOR",
+        "GIT_ASKPASS",
+        "SSH_ASKPASS",
+        "SUDO_ASKPASS",
+        "GIT_PROXY_COMMAND",
+        "GIT_SSH",
+        "GIT_EXEC_PATH",
+        "GIT_TEMPLATE_DIR",
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "RIPGREP_CONFIG_PATH",
+        "TAR_OPTIONS",
+        "GREP_OPTIONS",
+        "MAKEFLAGS",
+        "XDG_CONFIG_HOME",
+        "EXINIT",
+        "VIMINIT",
+        "MYVIMRC",
+        "INPUTRC",
+        "HOSTALIASES",
+        # interpreters' start-up code and module paths
+        "PERL5OPT",
+        "PERL5LIB",
+        "PERLLIB",
+        "RUBYOPT",
+        "RUBYLIB",
+        "NODE_PATH",
+        "PYTHONHOME",
+        "PYTHONINSPECT",
+        "JAVA_TOOL_OPTIONS",
+        "_JAVA_OPTIONS",
+        "JDK_JAVA_OPTIONS",
+        "GCONV_PATH",
+        # the shell's own behaviour: prompts, directories, globbing, start-up files
+        "PS0",
+        "PS1",
+        "PS2",
+        "PS3",
+        "HOME",
+        "OLDPWD",
+        "CDPATH",
+        "GLOBIGNORE",
+        "ZDOTDIR",
+        "FPATH",
+        "BASH_XTRACEFD",
+        "BASH_LOADABLES_PATH",
+        "BASH_COMPAT",
     }
 )
+#: Families of such variables: history (`HISTFILE`, `HISTSIZE`...), exported functions
+#: (`BASH_FUNC_name%%`), git configuration (`GIT_CONFIG_COUNT`/`KEY_n`/`VALUE_n`), less
+#: (`LESSOPEN`, `LESS`), the dynamic loader and npm configuration.
+SENSITIVE_PREFIXES = (
+    "HIST",
+    "BASH_FUNC_",
+    "GIT_CONFIG",
+    "LESS",
+    "LD_",
+    "DYLD_",
+    "npm_config_",
+    "NPM_CONFIG_",
+)
+_PAGERS = frozenset({"PAGER", "GIT_PAGER", "MANPAGER", "SYSTEMD_PAGER", "PSQL_PAGER", "BAT_PAGER"})
+#: Values of a pager variable that only display text (`GIT_PAGER=cat git log` is everyday use).
+SAFE_PAGERS = frozenset(
+    {"", "cat", "less", "more", "less -R", "less -FRX", "less -FRSX", "less -S"}
+)
+
+
+def is_sensitive(name: str, value: str | None = None) -> bool:
+    """True when setting `name` (to `value`, when known) can change what a later word runs."""
+    if name in _PAGERS and value is not None and value.strip() in SAFE_PAGERS:
+        return False
+    return name in SENSITIVE_VARS or name.startswith(SENSITIVE_PREFIXES)
 
 
 @dataclass(frozen=True, slots=True)
