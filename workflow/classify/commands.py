@@ -144,7 +144,7 @@ def analyse_argv(
     if name in SHELLS or name in INTERPRETERS or name in ("eval", "source", "."):
         traits, analysed = _interpreter(name, args, st, stdin_text)
         if not analysed:
-            _base(Base.EXEC, words, st, [])
+            base_class(Base.EXEC, words, st, [])
         return traits
     if name in ("cd", "pushd") and args:
         target = args[-1]
@@ -158,7 +158,7 @@ def analyse_argv(
         base = Base.READ if checker is not None and checker(args) else Base.EXEC
     else:
         base = Base(said)
-    _base(base, words, st, path_args if path_args is not None else default_paths(args))
+    base_class(base, words, st, path_args if path_args is not None else default_paths(args))
     return traits
 
 
@@ -177,7 +177,7 @@ def default_paths(args: list[Word]) -> list[Word]:
     return out
 
 
-def _base(base: Base, words: list[Word], st: ShellState, paths: list[Word]) -> None:
+def base_class(base: Base, words: list[Word], st: ShellState, paths: list[Word]) -> None:
     cmd = shown(words)
     if base is Base.EXEC:
         if any(t.matches(words) for t in st.read_templates):
@@ -285,7 +285,21 @@ def _interpreter(
         _script(name, positional[0].text, st)
         return frozenset(), False
     if stdin_text is not None and name in SHELLS:
-        return _nested(Word.of(stdin_text), f"The script fed to `{name}`", st), True
+        # The text is analysed; when it only reads, the pipe still runs text put together at
+        # run time (an approver sees the producer, not the script), so it is held as exec.
+        before = len(st.findings)
+        traits = _nested(Word.of(stdin_text), f"The script fed to `{name}`", st)
+        if all(f.risk in (None, RiskClass.READ) for f in st.findings[before:]):
+            st.add(
+                finding(
+                    "shell.piped_script",
+                    f"`{name}` runs the commands piped into it (`{stdin_text[:60]}`) as a "
+                    "script (exec, high).",
+                    RiskClass.EXEC,
+                    Severity.HIGH,
+                )
+            )
+        return traits, True
     return frozenset({INTERP}), False
 
 
@@ -301,7 +315,7 @@ def _script(name: str, script: str, st: ShellState) -> None:
 # --------------------------------------------------------------------------- wrappers
 
 
-def _skip_options(args: list[Word], with_value: frozenset[str]) -> list[Word]:
+def skip_options(args: list[Word], with_value: frozenset[str]) -> list[Word]:
     i = 0
     while i < len(args):
         v = args[i].text
@@ -317,7 +331,7 @@ def _plain(opts: frozenset[str], positional: int = 0) -> rules.Wrapper:
     def unwrap(
         name: str, args: list[Word], st: ShellState, stdin_text: str | None
     ) -> frozenset[str]:
-        rest = _skip_options(args, opts)[positional:]
+        rest = skip_options(args, opts)[positional:]
         if not rest:
             return _bare(name, args, st)
         return analyse_argv(rest, st, stdin_text)
@@ -327,12 +341,12 @@ def _plain(opts: frozenset[str], positional: int = 0) -> rules.Wrapper:
 
 def _bare(name: str, args: list[Word], st: ShellState) -> frozenset[str]:
     base = Base.READ if name in ("time", "nice", "command", "builtin") else Base.EXEC
-    _base(base, [Word.of(name), *args], st, [])
+    base_class(base, [Word.of(name), *args], st, [])
     return frozenset()
 
 
 def _env(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
-    rest = _skip_options(args, frozenset({"-u", "--unset", "-C", "--chdir", "-S"}))
+    rest = skip_options(args, frozenset({"-u", "--unset", "-C", "--chdir", "-S"}))
     split = _flag_value(args, ("-S", "--split-string"))
     if split is not None:
         return _nested(split, "The `env -S` text", st)
@@ -351,7 +365,7 @@ def _privileged(
     name: str, args: list[Word], st: ShellState, stdin_text: str | None
 ) -> frozenset[str]:
     st.add(rules.privileged_wrapper(name, args))
-    rest = _skip_options(
+    rest = skip_options(
         args,
         frozenset(
             {"-u", "-g", "-U", "-C", "-D", "-h", "-p", "-r", "-t", "-T", "--user", "--group"}
@@ -367,38 +381,13 @@ def _privileged(
     return analyse_argv(rest, st, stdin_text)
 
 
-def _xargs(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
-    rest = _skip_options(
-        args,
-        frozenset(
-            {
-                "-n",
-                "-I",
-                "-P",
-                "-d",
-                "-L",
-                "-a",
-                "-E",
-                "-s",
-                "-i",
-                "--max-args",
-                "--delimiter",
-                "--arg-file",
-            }
-        ),
-    )
-    if not rest:
-        rest = [Word.of("echo")]
-    return analyse_argv([*rest, UNKNOWN_WORD], st, None)
-
-
 def _timeout(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
-    rest = _skip_options(args, frozenset({"-s", "-k", "--signal", "--kill-after"}))
+    rest = skip_options(args, frozenset({"-s", "-k", "--signal", "--kill-after"}))
     return analyse_argv(rest[1:], st, stdin_text) if len(rest) > 1 else _bare(name, args, st)
 
 
 def _watch(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
-    rest = _skip_options(args, frozenset({"-n", "--interval", "-d"}))
+    rest = skip_options(args, frozenset({"-n", "--interval", "-d"}))
     if not rest:
         return _bare(name, args, st)
     if all(w.value is not None for w in rest):
@@ -406,28 +395,24 @@ def _watch(name: str, args: list[Word], st: ShellState, stdin_text: str | None) 
     return _nested(UNKNOWN_WORD, "The `watch` command", st)
 
 
+def _xargs(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
+    from workflow.classify.fromdata import xargs  # fromdata builds on this module
+
+    return xargs(name, args, st, stdin_text)
+
+
+def _parallel(
+    name: str, args: list[Word], st: ShellState, stdin_text: str | None
+) -> frozenset[str]:
+    from workflow.classify.fromdata import parallel
+
+    return parallel(name, args, st, stdin_text)
+
+
 def _find(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
-    traits: set[str] = set()
-    i = 0
-    while i < len(args):
-        if args[i].value in ("-exec", "-execdir", "-ok", "-okdir"):
-            end = i + 1
-            while end < len(args) and args[end].value not in (";", "+"):
-                end += 1
-            inner = [UNKNOWN_WORD if w.value == "{}" else w for w in args[i + 1 : end]]
-            traits |= analyse_argv(inner, st, None)
-            i = end
-        i += 1
-    rules.find_rules(args, st)
-    checker = READ_ONLY["find"]
-    roots = [w for w in args if not w.text.startswith(("-", "(", "!", ")"))][:1]
-    base = Base.READ if checker(args) else Base.EXEC
-    if base is Base.EXEC and all(
-        w.value not in ("-delete", "-fprint", "-fprint0", "-fprintf", "-fls") for w in args
-    ):
-        base = Base.WRAPPED  # only -exec: the class comes from the commands it runs
-    _base(base, [Word.of(name), *args], st, roots)
-    return frozenset(traits)
+    from workflow.classify.fromdata import find
+
+    return find(name, args, st, stdin_text)
 
 
 def _command(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
@@ -439,7 +424,7 @@ def _command(name: str, args: list[Word], st: ShellState, stdin_text: str | None
             )
         )
     if args and args[0].value not in ("-v", "-V"):
-        return analyse_argv(_skip_options(args, frozenset()), st, stdin_text)
+        return analyse_argv(skip_options(args, frozenset()), st, stdin_text)
     return _bare(name, args, st)
 
 
@@ -462,7 +447,7 @@ _WRAPPERS: dict[str, rules.Wrapper] = {
     "timeout": _timeout,
     "gtimeout": _timeout,
     "xargs": _xargs,
-    "parallel": _xargs,
+    "parallel": _parallel,
     "watch": _watch,
     "find": _find,
     "sudo": _privileged,

@@ -337,10 +337,22 @@ class Walker:
         words = [self.word(c) for c in args]
         if any(w.value is None for w in words):
             return None
-        values = [w.text for w in words if w.text not in ("-n", "-e", "-E")]
-        if _text(name) == "printf" and values[:1] == ["%s\\n"]:
+        values = [w.text for w in words]
+        if _text(name) == "printf":
+            # `printf FORMAT ARGS` repeats the format for each argument: only the two plain
+            # formats are followed; any other format (escapes, `%b`...) is unknown text.
+            if values[:1] == ["%s\\n"]:
+                return "\n".join(values[1:])
+            if values[:1] == ["%s"]:
+                return "".join(values[1:])
+            if len(values) == 1 and "%" not in values[0] and "\\" not in values[0]:
+                return values[0]
+            return None
+        while values and values[0] in ("-n", "-e", "-E"):
             values = values[1:]
-        return " ".join(values)
+        text = " ".join(values)
+        # echo interprets backslash escapes in some shells (dash, `-e`): unknown text.
+        return None if "\\" in text else text
 
     def declaration(self, node: Node) -> frozenset[str]:
         """`export`/`declare`/`local`...: assignments are checked; a bare listing dumps the
