@@ -12,7 +12,7 @@ from __future__ import annotations
 import posixpath
 from enum import Enum
 
-from workflow.classify import builtins, rules, ruleset
+from workflow.classify import builtins, rules, ruleset, secrets
 from workflow.classify.findings import finding
 from workflow.classify.readonly import READ_ONLY
 from workflow.classify.shellstate import (
@@ -146,9 +146,9 @@ def analyse_argv(
         if not analysed:
             base_class(Base.EXEC, words, st, [])
         return traits
-    if name in ("cd", "pushd") and args:
-        target = args[-1]
-        st.cwd = normalise(target.text, st.cwd, st.rules.home) if target.value else "/" + DYNAMIC
+    if name in ("cd", "pushd", "popd"):
+        _change_directory(name, args, st)
+    secrets.check(name, args, st)
     feature = builtins.HANDLERS.get(name)
     if feature is not None:
         feature(name, args, st)
@@ -160,6 +160,17 @@ def analyse_argv(
         base = Base(said)
     base_class(base, words, st, path_args if path_args is not None else default_paths(args))
     return traits
+
+
+def _change_directory(name: str, args: list[Word], st: ShellState) -> None:
+    """Follows the working directory: a bare `cd` goes home, `cd -`/`popd` somewhere unknown."""
+    targets = [a for a in args if not a.text.startswith("-") or a.text == "-"]
+    if name == "cd" and not targets:
+        st.cwd = st.rules.home
+    elif name == "popd" or not targets or targets[-1].value in (None, "-"):
+        st.cwd = "/" + DYNAMIC
+    else:
+        st.cwd = normalise(targets[-1].text, st.cwd, st.rules.home)
 
 
 def default_paths(args: list[Word]) -> list[Word]:
@@ -229,7 +240,8 @@ def base_class(base: Base, words: list[Word], st: ShellState, paths: list[Word])
         )
     access = Access.READ if base is Base.READ else Access.WRITE
     for w in paths:
-        st.add(*check_path(w.approx, st.cwd, st.rules, access, f"`{cmd}`"))
+        for candidate in (w.approx, *w.alts):
+            st.add(*check_path(candidate, st.cwd, st.rules, access, f"`{cmd}`"))
 
 
 # --------------------------------------------------------------------------- interpreters
@@ -350,6 +362,16 @@ def _env(name: str, args: list[Word], st: ShellState, stdin_text: str | None) ->
     split = _flag_value(args, ("-S", "--split-string"))
     if split is not None:
         return _nested(split, "The `env -S` text", st)
+    for i, w in enumerate(args):
+        unset = None
+        if w.value in ("-u", "--unset") and i + 1 < len(args):
+            unset = args[i + 1].text
+        elif w.text.startswith("--unset="):
+            unset = w.text.split("=", 1)[1]
+        elif w.text.startswith("-u") and len(w.text) > 2 and not w.text.startswith("--"):
+            unset = w.text[2:]
+        if unset is not None and is_sensitive(unset):
+            st.add(builtins.sensitive_assignment(unset, "unsets"))
     while rest and rest[0].value is not None and "=" in rest[0].value:
         var = rest[0].value.split("=", 1)[0]
         if is_sensitive(var, rest[0].value.split("=", 1)[1]):

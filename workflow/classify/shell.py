@@ -27,11 +27,13 @@ from workflow.classify.shellstate import (
     DYNAMIC,
     FETCH,
     INTERP,
+    MAX_ALTS,
     ShellState,
     Template,
     Word,
     compile_template,
     is_sensitive,
+    texts_of,
 )
 from workflow.classify.tables import ClassifierTables
 from workflow.classify.targets import Access, check_path, normalise, path_rules
@@ -172,7 +174,13 @@ class Walker:
         approx = "".join(p.approx for p in parts)
         traits = frozenset().union(*(p.traits for p in parts)) if parts else frozenset()
         static = all(p.value is not None for p in parts)
-        return Word(approx if static else None, approx, traits)
+        alts: tuple[str, ...] = ()
+        if any(p.alts for p in parts):
+            variants = [""]
+            for p in parts:
+                variants = [v + t for v in variants for t in texts_of(p)][:MAX_ALTS]
+            alts = tuple(v for v in variants if v != approx)
+        return Word(approx if static else None, approx, traits, alts)
 
     def _expansion(self, node: Node) -> Word:
         names = [
@@ -185,6 +193,9 @@ class Walker:
             self._expansion_operators(node, name)
         if name == "HOME" and simple:
             return Word(self.st.rules.home, self.st.rules.home)
+        alts = list(self.st.values.get(name, ()))
+        if node.type == "expansion":
+            alts.extend(self._default_texts(node))
         if _SECRET_VAR.search(name):
             self.st.add(
                 finding(
@@ -196,7 +207,21 @@ class Walker:
                     Category.SECRET_ACCESS,
                 )
             )
-        return Word(None, DYNAMIC, traits)
+        return Word(None, DYNAMIC, traits, tuple(alts[:MAX_ALTS]))
+
+    _DEFAULT_OPERATORS = frozenset({":-", "-", ":=", "=", ":+", "+", ":?", "?"})
+
+    def _default_texts(self, node: Node) -> list[str]:
+        """The texts of `${X:-word}` and its kin that the expansion may produce."""
+        children = node.children
+        for i, child in enumerate(children):
+            if child.type in self._DEFAULT_OPERATORS:
+                parts = [self.word(c) for c in children[i + 1 :] if c.is_named]
+                if not parts:
+                    return []
+                joined = self._join(parts, node)
+                return texts_of(joined)
+        return []
 
     def _expansion_operators(self, node: Node, name: str) -> None:
         """`${x@P}` runs the value as a prompt string; `${!x}` names the variable to expand at
@@ -251,6 +276,9 @@ class Walker:
             return self.word(node).traits
         if t == "comment":
             return frozenset()
+        if t in ("file_redirect", "heredoc_redirect", "herestring_redirect"):
+            self.redirect(node)  # `$(< ~/.ssh/id_rsa)`: a redirection with no command
+            return frozenset()
         if t == "function_definition":
             fname = node.child_by_field_name("name")
             self.st.add(
@@ -270,6 +298,9 @@ class Walker:
             var = node.child_by_field_name("variable")
             if var is not None and is_sensitive(_text(var)):
                 self.st.add(builtins.sensitive_assignment(_text(var), "loops over"))
+            if var is not None:
+                values = node.children_by_field_name("value")
+                self.st.remember(_text(var), [t for v in values for t in texts_of(self.word(v))])
         return self.walk_children(node)
 
     def assignment(self, node: Node) -> frozenset[str]:
@@ -279,6 +310,7 @@ class Walker:
         word = self.word(value) if value is not None else Word("", "")
         if is_sensitive(name.split("[", 1)[0], word.value):
             self.st.add(builtins.sensitive_assignment(name))
+        self.st.remember(name, texts_of(word))
         return word.traits
 
     def command(self, node: Node, stdin_text: str | None) -> frozenset[str]:
@@ -427,7 +459,8 @@ class Walker:
         reading = op in ("<", "<<<")
         access = Access.READ if reading else Access.WRITE
         via = "An input redirection" if reading else f"The redirection `{op} {text}`"
-        self.st.add(*check_path(dest.approx, self.st.cwd, self.st.rules, access, via))
+        for candidate in (dest.approx, *dest.alts):
+            self.st.add(*check_path(candidate, self.st.cwd, self.st.rules, access, via))
         if not reading:
             self.st.add(
                 finding(

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from workflow.classify.findings import Finding
-from workflow.classify.targets import PathRules
+from workflow.classify.targets import UNKNOWN_PART, PathRules
 
 #: Stands for a part of a word only known at run time (a variable, a substitution).
-DYNAMIC = "__dynamic__"
+DYNAMIC = UNKNOWN_PART
 
 FETCH = "fetch"  # the command downloads or receives data from the network
 DECODE = "decode"  # the command turns encoded text into something runnable
@@ -132,11 +132,14 @@ class Word:
     `value` is the exact static text, or None when part of it is only known at run time;
     `approx` is the text with those parts replaced by `DYNAMIC`, for path checks.
     `traits` are those of command substitutions inside the word (a fetched payload...).
+    `alts` are texts the word may have at run time that the analysis can see: the default of
+    `${X:-~/.netrc}`, the value assigned to `f` earlier in the line; paths check them too.
     """
 
     value: str | None
     approx: str
     traits: frozenset[str] = frozenset()
+    alts: tuple[str, ...] = ()  # other texts it may have (`${X:-d}`, `f=…; "$f"`), for paths
 
     @property
     def text(self) -> str:
@@ -148,6 +151,13 @@ class Word:
 
 
 UNKNOWN_WORD = Word(None, DYNAMIC)
+#: How many alternative texts a word or a variable keeps.
+MAX_ALTS = 16
+
+
+def texts_of(word: Word) -> list[str]:
+    """Every text `word` may have that the analysis knows: its own and its alternatives."""
+    return [word.text, *word.alts] if word.alts else [word.text]
 
 
 @dataclass(frozen=True)
@@ -183,6 +193,14 @@ class ShellState:
     depth: int = 0
     findings: list[Finding] = field(default_factory=list)
     downloaded: set[str] = field(default_factory=set)
+    #: Texts assigned to each variable earlier in the line (`f=~/.ssh/id_rsa`, `for f in …`).
+    values: dict[str, list[str]] = field(default_factory=dict)
+
+    def remember(self, name: str, texts: list[str]) -> None:
+        known = self.values.setdefault(name, [])
+        for text in texts:
+            if text and text != DYNAMIC and text not in known and len(known) < MAX_ALTS:
+                known.append(text)
 
     def add(self, *items: Finding) -> None:
         for item in items:
