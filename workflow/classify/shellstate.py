@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from workflow.classify.findings import Finding
+from workflow.classify.program_env import PROGRAM_VARIABLES
 from workflow.classify.targets import PathRules
 
 #: Stands for a part of a word only known at run time (a variable, a substitution).
@@ -19,28 +20,31 @@ INTERP = "interp"  # the command runs code it reads from its standard input
 
 #: Variables that change what a command runs or loads: setting one for a command, as
 #: `VAR=value cmd` or `env VAR=value cmd`, fails closed.
-SENSITIVE_VARS = frozenset(
-    {
-        "PATH",
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-        "DYLD_INSERT_LIBRARIES",
-        "IFS",
-        "BASH_ENV",
-        "ENV",
-        "PROMPT_COMMAND",
-        "PYTHONPATH",
-        "PYTHONSTARTUP",
-        "NODE_OPTIONS",
-        "GIT_SSH_COMMAND",
-        "GIT_EXTERNAL_DIFF",
-        "PAGER",
-        "EDITOR",
-        "SHELLOPTS",
-        "BASHOPTS",
-        "PS4",
-    }
-)
+SENSITIVE_VARS = (
+    frozenset(
+        {
+            "PATH",
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "DYLD_INSERT_LIBRARIES",
+            "IFS",
+            "BASH_ENV",
+            "ENV",
+            "PROMPT_COMMAND",
+            "PYTHONPATH",
+            "PYTHONSTARTUP",
+            "NODE_OPTIONS",
+            "GIT_SSH_COMMAND",
+            "GIT_EXTERNAL_DIFF",
+            "PAGER",
+            "EDITOR",
+            "SHELLOPTS",
+            "BASHOPTS",
+            "PS4",
+        }
+    )
+    | PROGRAM_VARIABLES
+)  # program_env.py (options)
 
 
 @dataclass(frozen=True, slots=True)
