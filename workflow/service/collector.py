@@ -182,9 +182,12 @@ class Collector:
         seen, signature = await ctx.store.requests.nonce_signature(decision.nonce)
         stored_signature = _stored_signature(decision)
         if seen and signature == stored_signature is not None and attempts(msg) > 1:
-            # This very message was applied before (a redelivery after a crash): re-publish
-            # what it caused. The same decision arriving as a new message is a replay.
-            return await ctx.store.outbox.events_for([held.proposal_id])
+            # The redelivery of a message whose effects were committed (after a crash or a
+            # failed publish): re-send what JetStream may not have stored, the events not yet
+            # confirmed. Never the confirmed ones: a replayed copy that happens to be
+            # redelivered must not hand subscribers a second release. The same decision
+            # arriving as a new message is a replay, refused below.
+            return await ctx.store.outbox.unconfirmed_for([held.proposal_id])
         used: tuple[str, int] | None = None
         if decision.passkey is not None:
             check, used = await self._passkey_check(raw, decision, seen)

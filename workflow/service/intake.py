@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import httpx
 from nats.aio.msg import Msg
@@ -26,11 +26,17 @@ from workflow.routing import SERVICE_ACTOR, intake_events, route
 from workflow.service.context import ServiceContext
 from workflow.service.model_check import model_check
 from workflow.service.publishing import publish_events
+from workflow.service.pull import attempts
 from workflow.service.stage import Settle, Unprocessable
+from workflow.service.streams import DUPLICATE_WINDOW
 from workflow.service.tracing import span_headers, trace_headers
 
 log = logging.getLogger("headgate.intake")
 STAGE = "intake"
+#: How long after its first commit a redelivered proposal still re-sends its events: well
+#: inside the streams' duplicate window (retries back off for well under a minute), so a
+#: re-send JetStream had already stored is always dropped as a duplicate.
+REDELIVERY_HORIZON = DUPLICATE_WINDOW - 60.0
 
 
 class Intake:
@@ -169,9 +175,14 @@ class Intake:
     ) -> tuple[list[tuple[Msg, IntakeRecord]], list[OutboxEvent]]:
         """Write the batch in one transaction; returns the messages to ack and events to send.
 
-        A proposal id seen before with the same digest is a redelivery or a duplicate publish:
-        its events are rebuilt from the stored row and sent again (JetStream drops them as
-        duplicates if they arrived).
+        A proposal id seen before with the same digest is a redelivery or a duplicate publish.
+        Only a redelivery (of the message whose commit may not have been followed by its
+        publish) has its events rebuilt from the stored row and sent again, and only inside
+        the streams' duplicate window (JetStream drops what had arrived). A fresh copy of a
+        recorded proposal sends nothing: its events were confirmed before the first copy was
+        acked, or are in the outbox, or come with the first copy's redelivery; re-sending them
+        would hand every core subscriber a second `released` event, and past the duplicate
+        window the results stream would store one.
         The same id with another digest is a conflict and goes to `bad`.
         """
         ctx = self.ctx
@@ -186,6 +197,7 @@ class Intake:
         events: list[OutboxEvent] = []
         digests: dict[str, str] = {}
         republish: list[str] = []
+        duplicates = 0
         keep: list[tuple[Msg, IntakeRecord]] = []
         for msg, rec in good:
             digest = rec.proposal.digest
@@ -202,10 +214,11 @@ class Intake:
                 )
                 continue
             keep.append((msg, rec))
-            if first:
-                if rec.id in result.new:
-                    events.extend(rec.events)
-                else:
+            if first and rec.id in result.new:
+                events.extend(rec.events)
+            elif rec.id not in result.new:
+                duplicates += 1
+                if attempts(msg) > 1 and rec.id not in republish:
                     republish.append(rec.id)
         # Counted per batch: a labelled counter costs a lookup and a lock per increment.
         classes = Counter(
@@ -222,10 +235,12 @@ class Intake:
             ctx.metrics.proposals.labels(risk_class, decision).inc(n)
         for outcome, n in outcomes.items():
             ctx.metrics.outcomes.labels(outcome).inc(n)
-        ctx.metrics.duplicates.inc(len(republish))
+        ctx.metrics.duplicates.inc(duplicates)
         if republish:
+            horizon = now - timedelta(seconds=REDELIVERY_HORIZON)
             for row in await ctx.store.proposals.stored(republish):
-                events.extend(intake_events(ctx.subjects, row))
+                if row.received_at > horizon:
+                    events.extend(intake_events(ctx.subjects, row))
         return keep, events
 
     async def _retry(self, good: Sequence[tuple[Msg, IntakeRecord]], error: str) -> None:
