@@ -12,8 +12,9 @@ import hashlib
 import json
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import cast
+from typing import TypeGuard, cast
 
+from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_json
 
 from workflow.approvals import HeldRequest, Reopen
@@ -32,9 +33,11 @@ from workflow.messages import (
     Classification,
     Decision,
     Held,
+    Identifier,
     InboxItem,
     Proposal,
     Released,
+    Token,
     Verdict,
 )
 from workflow.outcomes import PENDING, BlockedOutcome, Outcome, RequestState
@@ -155,6 +158,55 @@ def blocked_event(
         payload=event.model_dump_json(),
         proposal_id=proposal.id,
     )
+
+
+def invalid_answer(
+    subjects: Subjects, agent: str, data: bytes, error: str, now: datetime, msg_key: str
+) -> OutboxEvent | None:
+    """The `blocked` event (`invalid`) that answers an agent whose proposal could not be read
+    as one, when its id can be read (the agent waits on that id); None when it cannot.
+
+    `agent` is the subject's agent (the sender's identity, whatever the payload claims), and
+    `msg_key` identifies the input message: the event is deduplicated per message, never per
+    proposal id, so a malformed message cannot take the `Nats-Msg-Id` of a real proposal's
+    outcome.
+    """
+    try:
+        raw = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict):
+        return None
+    pid, workspace, tool = raw.get("id"), raw.get("workspace"), raw.get("tool")
+    if not _valid(_IDENTIFIER, pid):
+        return None
+    event = Blocked(
+        proposal_id=pid,
+        agent=agent,
+        workspace=workspace if _valid(_TOKEN, workspace) else "default",
+        tool=tool[:200] if isinstance(tool, str) else "",
+        outcome="invalid",
+        reason=error,
+        blocked_at=now,
+    )
+    return OutboxEvent(
+        msg_id=f"invalid:{agent}:{msg_key}",
+        subject=subjects.blocked(agent),
+        payload=event.model_dump_json(),
+        proposal_id=pid,
+    )
+
+
+_IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
+_TOKEN: TypeAdapter[str] = TypeAdapter(Token)
+
+
+def _valid(adapter: TypeAdapter[str], value: object) -> TypeGuard[str]:
+    try:
+        adapter.validate_python(value, strict=True)
+    except ValidationError:
+        return False
+    return True
 
 
 def route(
