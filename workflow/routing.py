@@ -12,9 +12,8 @@ import hashlib
 import json
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TypeGuard, cast
+from typing import cast
 
-from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_json
 
 from workflow.approvals import HeldRequest, Reopen
@@ -33,12 +32,12 @@ from workflow.messages import (
     Classification,
     Decision,
     Held,
-    Identifier,
     InboxItem,
     Proposal,
     Released,
-    Token,
     Verdict,
+    is_identifier,
+    is_token,
 )
 from workflow.outcomes import PENDING, BlockedOutcome, Outcome, RequestState
 from workflow.subjects import Subjects
@@ -178,12 +177,12 @@ def invalid_answer(
     if not isinstance(raw, dict):
         return None
     pid, workspace, tool = raw.get("id"), raw.get("workspace"), raw.get("tool")
-    if not _valid(_IDENTIFIER, pid):
+    if not is_identifier(pid):
         return None
     event = Blocked(
         proposal_id=pid,
         agent=agent,
-        workspace=workspace if _valid(_TOKEN, workspace) else "default",
+        workspace=workspace if is_token(workspace) else "default",
         tool=tool[:200] if isinstance(tool, str) else "",
         outcome="invalid",
         reason=error,
@@ -195,18 +194,6 @@ def invalid_answer(
         payload=event.model_dump_json(),
         proposal_id=pid,
     )
-
-
-_IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
-_TOKEN: TypeAdapter[str] = TypeAdapter(Token)
-
-
-def _valid(adapter: TypeAdapter[str], value: object) -> TypeGuard[str]:
-    try:
-        adapter.validate_python(value, strict=True)
-    except ValidationError:
-        return False
-    return True
 
 
 def route(
@@ -433,5 +420,9 @@ def reopened_audit(req: HeldRequest, reopen: Reopen) -> AuditEntry:
         actor=SERVICE_ACTOR,
         proposal_id=req.proposal_id,
         request_id=req.request_id,
-        data={"message": reopen.reason, "requirement": reopen.requirement.model_dump(mode="json")},
+        data={
+            "message": reopen.reason,
+            "requirement": reopen.requirement.model_dump(mode="json"),
+            "expires_at": reopen.expires_at.isoformat(),
+        },
     )
