@@ -40,6 +40,7 @@ from workflow.messages import (
     Classification,
     Proposal,
     Verdict,
+    is_token,
     signed_text,
 )
 from workflow.outcomes import Outcome, RequestState
@@ -164,7 +165,9 @@ class Collector:
         try:
             decision = ApprovalDecision.model_validate(raw)
         except ValidationError as exc:
-            raise Unprocessable(f"invalid decision: {describe_invalid(exc)}") from exc
+            error = f"invalid decision: {describe_invalid(exc)}"
+            await self._refuse_invalid(raw, error)
+            raise Unprocessable(error) from exc
         now = ctx.now()
         token = ctx.subjects.token_after(msg.subject, "decisions")
         if token != decision.request_id:
@@ -182,9 +185,12 @@ class Collector:
         seen, signature = await ctx.store.requests.nonce_signature(decision.nonce)
         stored_signature = _stored_signature(decision)
         if seen and signature == stored_signature is not None and attempts(msg) > 1:
-            # This very message was applied before (a redelivery after a crash): re-publish
-            # what it caused. The same decision arriving as a new message is a replay.
-            return await ctx.store.outbox.events_for([held.proposal_id])
+            # The redelivery of a message whose effects were committed (after a crash or a
+            # failed publish): re-send what JetStream may not have stored, the events not yet
+            # confirmed. Never the confirmed ones: a replayed copy that happens to be
+            # redelivered must not hand subscribers a second release. The same decision
+            # arriving as a new message is a replay, refused below.
+            return await ctx.store.outbox.unconfirmed_for([held.proposal_id])
         used: tuple[str, int] | None = None
         if decision.passkey is not None:
             check, used = await self._passkey_check(raw, decision, seen)
@@ -324,6 +330,8 @@ class Collector:
         if isinstance(settled, Reopen):
             write.new_state = RequestState.PENDING
             write.requirement = settled.requirement.model_dump_json()
+            if settled.expires_at != held.expires_at:
+                write.expires_at = settled.expires_at
             write.audit.append(reopened_audit(held, settled))
             return
         outcome = settled.outcome
@@ -341,6 +349,21 @@ class Collector:
         write.outcome, write.proposal_status = row, (proposal.id, outcome)
         write.events.append(event)
         write.audit.append(audit)
+
+    async def _refuse_invalid(self, raw: dict[str, Any], error: str) -> None:
+        """A decision that is not valid (a naive timestamp, a field too long, …) is refused at
+        once with the reason, audited under the request it names (when that can be read):
+        it changes nothing, and retrying it could not make it valid."""
+        approver, request_id = raw.get("approver"), raw.get("request_id")
+        name = approver[:128] if isinstance(approver, str) else "?"
+        entry = AuditEntry(
+            kind="decision.refused",
+            actor=f"unverified:{name}",
+            request_id=request_id if is_token(request_id) else None,
+            data={"refusal": "invalid", "message": f"The decision is {error}."},
+        )
+        await self.ctx.store.audit.append([entry], self.ctx.now())
+        self.ctx.metrics.refused.labels("invalid").inc()
 
     async def _refuse_unapplied(self, decision: ApprovalDecision, message: str) -> None:
         """A decision that does not reach any request: recorded, and it changes nothing."""

@@ -136,6 +136,8 @@ class Requests:
             }
             if write.requirement is not None:
                 values["requirement"] = write.requirement
+            if write.expires_at is not None:
+                values["expires_at"] = write.expires_at
             if write.new_state is not None:
                 values["state"] = write.new_state
                 if write.new_state is not RequestState.PENDING:
