@@ -31,6 +31,7 @@ from workflow.approvals import (
     cancel,
     settle,
 )
+from workflow.canonical import scheme_problem
 from workflow.classify.engine import classify
 from workflow.effects import AuditEntry, DecisionRecord, OutboxEvent, StepWrite
 from workflow.errors import describe_invalid
@@ -200,6 +201,7 @@ class Collector:
                 approver=ctx.policy.approver_by_key(decision.key) if decision.key else None,
                 nonce_seen=seen,
                 signed_text=signed_text(raw),
+                problem=scheme_problem(raw),
             )
         step = apply_decision(held, decision, check, now=now)
         write = StepWrite(
