@@ -18,6 +18,7 @@ from tests.service.helpers import (
     running_service,
     send_decision,
     unique_prefix,
+    wait_until,
 )
 from workflow.client.approver import Approver
 from workflow.client.transport import ApiRefused
@@ -185,3 +186,62 @@ async def test_a_grant_longer_than_the_policy_allows_or_not_covering_its_call_is
         with pytest.raises(ApiRefused, match="does not cover the approved call"):
             await approver(h).grant(item, ttl=600, prefix=["npm", "ci", "&&", "x"])
         assert await approver(h).grants(every=True) == []
+
+
+async def test_freeze_then_thaw_across_two_replicas(
+    nats_url: str, tmp_path: Path, database_url: str
+) -> None:
+    """A freeze ordered on one replica holds, on every replica, what a grant or an allow
+    would release (reads flow); a pending request stays pending; the thaw lifts it."""
+    async with replicas(nats_url, tmp_path, database_url, count=2) as (a, b):
+        await approved_with_grant(a, "npm test")
+        waiting = await propose(a.nc, a.subjects, tool="write_file", arguments={"path": "x"})
+        (raw,) = await a.observer.wait_for("inbox", waiting)
+
+        reply = await approver(a).freeze(workspace="default", reason="incident 7")
+        assert [f.workspace for f in reply.freezes] == ["default"]
+        # Proposals from both replicas' connections; the shared intake spreads them.
+        calls = [
+            await propose(h.nc, h.subjects, tool="run_shell", arguments={"command": "npm test"})
+            for h in (a, b) * 4
+        ]
+        reads = [
+            await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "README.md"})
+            for h in (a, b)
+        ]
+        assert [await outcome(a, pid) for pid in calls] == ["held"] * len(calls)
+        assert [await outcome(a, pid) for pid in reads] == ["released"] * len(reads)
+
+        await send_decision(a.nc, a.subjects, decision(KEYS["alice"], raw["request_id"],
+                                                       raw["proposal_digest"]))  # fmt: skip
+        history = await wait_until(
+            lambda: b.service_history(waiting),
+            lambda h: any(e["kind"] == "decision.refused" for e in h["events"]),
+        )
+        assert history["status"] == "pending"
+        assert a.observer.of("released", waiting) == []
+
+        await approver(b).thaw(workspace="default")
+        after = await propose(b.nc, b.subjects, tool="run_shell", arguments={"command": "npm test"})
+        assert await outcome(a, after) == "released"
+        await send_decision(a.nc, a.subjects, decision(KEYS["alice"], raw["request_id"],
+                                                       raw["proposal_digest"]))  # fmt: skip
+        await a.observer.wait_for("released", waiting)
+        kinds = await a.audit_kinds()
+        assert kinds.count("freeze") == 1
+        assert kinds.count("thaw") == 1
+        assert kinds.count("freeze.held") == len(calls)
+
+
+async def test_a_freeze_of_all_calls_holds_reads_too_and_only_in_its_scope(
+    nats_url: str, tmp_path: Path
+) -> None:
+    async with replicas(nats_url, tmp_path, None) as (h,):
+        await approver(h).freeze(agent="agent-1", all_calls=True)
+        read = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
+        assert await outcome(h, read) == "held"
+        other = await propose(h.nc, h.subjects, agent="agent-2", tool="read_file",
+                              arguments={"path": "a"})  # fmt: skip
+        assert await outcome(h, other) == "released"
+        with pytest.raises(ApiRefused, match="may not freeze every workspace"):
+            await approver(h, "carol").freeze(reason="not hers to freeze")

@@ -3,7 +3,6 @@ batch modes of `headgate approve`."""
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -110,6 +109,8 @@ def list_grants(
     json_out: JsonOut = False,
 ) -> None:
     """The grants in force: id, approver, scope, expiry, uses."""
+    import asyncio
+
     from rich.table import Table
     from rich.text import Text
 
@@ -148,6 +149,8 @@ def revoke(
     json_out: JsonOut = False,
 ) -> None:
     """Revoke a grant: from the next proposal on it releases nothing."""
+    import asyncio
+
     from workflow.client.approver import Approver
 
     signer = load_key(key, data_dir)
@@ -175,6 +178,8 @@ def _order(
     reason: str, key: Path | None, approver: str | None, nats_url: str | None,
     data_dir: Path, prefix: str, json_out: bool,
 ) -> None:  # fmt: skip
+    import asyncio
+
     from workflow.client.approver import Approver
 
     if agent is None and workspace is None and not every:
@@ -272,6 +277,8 @@ def approve_all(
 ) -> None:  # fmt: skip
     """`headgate approve --all …`: show the matching requests, ask, then sign one decision per
     request, each over the digest of the proposal shown (checked before signing)."""
+    import asyncio
+
     from rich.table import Table
     from rich.text import Text
 
