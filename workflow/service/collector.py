@@ -47,6 +47,7 @@ from workflow.messages import (
 from workflow.outcomes import Outcome, RequestState
 from workflow.passkeys import Passkey, proof, verify_decision_at
 from workflow.policy.engine import recheck
+from workflow.policy.freeze import freezing
 from workflow.policy.model import Policy
 from workflow.routing import SERVICE_ACTOR, closing_effects, reopened_audit
 from workflow.service.context import ServiceContext
@@ -203,7 +204,10 @@ class Collector:
                 signed_text=signed_text(raw),
                 problem=scheme_problem(raw),
             )
-        step = apply_decision(held, decision, check, now=now)
+        # A request under a freeze stays pending: its approvals wait for the thaw.
+        freeze = freezing(held.agent, held.workspace, await ctx.store.grants.freezes(), read=False)
+        frozen = f"Frozen: {freeze.describe()}." if freeze is not None else None
+        step = apply_decision(held, decision, check, now=now, frozen=frozen)
         write = StepWrite(
             request_id=held.request_id,
             expected_version=version if (step.accepted or step.closed) else None,
