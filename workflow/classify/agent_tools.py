@@ -77,10 +77,13 @@ GEMINI: dict[str, AgentTool] = {
     "google_web_search": _FETCH,  # {query}
 }
 
-#: Cursor's hook events, proposed under these names by `headgate hook cursor`.
+#: Cursor: its dedicated hook events are proposed under the `cursor_*` names by
+#: `headgate hook cursor`; its generic preToolUse event names the tool (`Shell`, `Read`, ...).
 CURSOR: dict[str, AgentTool] = {
     "cursor_shell": _SHELL,  # beforeShellExecution {command, cwd}
-    "cursor_read_file": _READ,  # beforeReadFile {file_path, content}
+    "cursor_read_file": _READ,  # beforeReadFile {file_path}
+    "Shell": _SHELL,  # preToolUse {command}
+    "StrReplace": _WRITE,  # preToolUse {file_path, old_string, new_string}
 }
 
 AGENT_TOOLS: dict[str, AgentTool] = {**CLAUDE_CODE, **CODEX, **GEMINI, **CURSOR}

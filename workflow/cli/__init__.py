@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from workflow.cli import bench, calls, dead, inbox, offline, policy_cmds, web
+from workflow.cli import bench, calls, dead, hook, inbox, offline, policy_cmds, web
 from workflow.cli.common import err_console
 from workflow.cli.serve import serve
 from workflow.errors import HeadgateError
@@ -54,6 +54,7 @@ app.command()(calls.show)
 app.command()(dead.dead)
 app.command()(inbox.inbox)
 app.command()(bench.bench)
+app.command()(hook.hook)
 app.command()(offline.classify)
 app.command()(offline.schemas)
 app.command()(policy_cmds.explain)
