@@ -96,6 +96,7 @@ def _responses(body: dict[str, Any], command: str) -> bytes:
             "content": [{"type": "output_text", "text": "done", "annotations": []}],
         }
     else:
+        args: dict[str, Any]
         if "exec_command" in names:
             name, args = "exec_command", {"cmd": command}
         elif "shell_command" in names:

@@ -13,8 +13,9 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,7 +96,7 @@ CLIENTS: dict[str, Setup] = {"claude-code": claude, "codex": codex_cli, "gemini"
 
 async def drive(
     client: str, tmp: Path, nats_url: str, prefix: str, *, wait: float = 20.0,
-    during: Callable[[], Awaitable[None]] | None = None,
+    during: Callable[[], Coroutine[Any, Any, None]] | None = None,
 ) -> tuple[Path, FakeModel, str]:  # fmt: skip
     """Run the CLI once; returns the file the model's shell call appends to, the fake model
     and the CLI's output."""
