@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import json
 import uuid
@@ -63,9 +62,25 @@ if TYPE_CHECKING:
     )
 
 
+def _agent_runtime() -> None:
+    """Import what `propose` uses, when it runs: the agent SDK and the wire models, not the
+    approver's side (`headgate --help` and the CLI's start load none of it; see
+    `workflow.cli.common`)."""
+    from pydantic import ValidationError  # noqa: F401
+
+    from workflow.client import transport  # noqa: F401
+    from workflow.client.agent import Headgate  # noqa: F401
+    from workflow.client.connection import Role, resolve_nats  # noqa: F401
+    from workflow.client.display import mask_text  # noqa: F401
+    from workflow.client.errors import NotProcessed, ResultTimeout  # noqa: F401
+    from workflow.messages import Proposal, Released  # noqa: F401
+
+    globals().update(locals())
+
+
 def _runtime() -> None:
-    """Import what the commands use, when one runs: `headgate --help` and the CLI's start
-    load none of it (the SDKs, NATS, pydantic's models; see `workflow.cli.common`)."""
+    """Import what the approver's commands use, when one runs."""
+    _agent_runtime()
     from pydantic import ValidationError  # noqa: F401
     from rich.table import Table  # noqa: F401
     from rich.text import Text  # noqa: F401
@@ -138,7 +153,9 @@ def propose(
     Exit codes with --wait: 0 released, 3 blocked (denied/rejected/expired/cancelled),
     4 still pending when the wait ended.
     """
-    _runtime()
+    import asyncio
+
+    _agent_runtime()
     arguments = parse_json_option(args, "--args")
     if not isinstance(arguments, dict):
         raise ConfigError('--args must be a JSON object, e.g. \'{"path": "x"}\'')
@@ -194,6 +211,8 @@ async def _propose(
 
 
 async def _follow(hg: Headgate, proposal: Proposal, wait: float, json_out: bool) -> int:
+    import asyncio
+
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     try:
@@ -253,6 +272,8 @@ def pending(
     json_out: JsonOut = False,
 ) -> None:
     """List held approval requests, oldest first."""
+    import asyncio
+
     _runtime()
 
     async def run() -> PendingReply:
@@ -284,6 +305,8 @@ def _decide(
     prefix: str,
     json_out: bool,
 ) -> None:
+    import asyncio
+
     signer = load_key(key, data_dir)
     subjects = Subjects(prefix)
 
@@ -376,6 +399,8 @@ def show(
     json_out: JsonOut = False,
 ) -> None:
     """Print a proposal's whole history: classification, verdict, decisions, outcome."""
+    import asyncio
+
     _runtime()
 
     async def run() -> ProposalHistory:
