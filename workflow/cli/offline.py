@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -224,6 +223,7 @@ def audit_verify(
     After pruning (`[retention] audit`), the stored chain starts at its anchor, which an
     `audit.pruned` record in the chain confirms; with --archive, the archived records are
     checked too: they must chain up to the anchor's record and hash."""
+    import asyncio
 
     from workflow.store.archive import read_jsonl
     from workflow.store.chain import ChainCheck, verify_archive
@@ -302,6 +302,7 @@ def audit_export(
     """Write audit records as JSON Lines (their stored fields, so the hashes can be checked
     from the file alone with `audit verify --archive`): an archive before records are pruned,
     or a copy for another system."""
+    import asyncio
 
     from workflow.store.archive import write_jsonl
     from workflow.store.repo import Store
@@ -336,6 +337,7 @@ def audit_tail(
     json_out: JsonOut = False,
 ) -> None:
     """Show the newest audit records, readably (or as JSON Lines)."""
+    import asyncio
 
     from workflow.store.repo import Store
 

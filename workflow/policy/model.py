@@ -32,6 +32,7 @@ from workflow.policy.retention import RetentionSpec
 from workflow.policy.schema import (
     DEFAULT_CLASS_DECISIONS,
     Approver,
+    GrantLimits,
     Layer,
     LockEntry,
     Rule,
@@ -84,6 +85,9 @@ class Policy(Strict):
     )
     retention: RetentionSpec = Field(
         default_factory=RetentionSpec, description="How long decided proposals and audit are kept."
+    )
+    grants: GrantLimits = Field(
+        default_factory=GrantLimits, description="Approvers' grants: the longest they last."
     )
 
     @model_validator(mode="after")

@@ -38,6 +38,7 @@ from workflow.approvals import (
     cancel,
     settle,
 )
+from workflow.canonical import scheme_problem
 from workflow.classify.engine import classify
 from workflow.effects import AuditEntry, DecisionRecord, OutboxEvent, StepWrite, StoredIntake
 from workflow.errors import describe_invalid
@@ -47,11 +48,13 @@ from workflow.messages import (
     Classification,
     Proposal,
     Verdict,
+    is_token,
     signed_text,
 )
 from workflow.outcomes import Outcome, RequestState
 from workflow.passkeys import Passkey, proof, verify_decision_at
 from workflow.policy.engine import recheck
+from workflow.policy.freeze import FreezeTerms, freezing
 from workflow.policy.model import Policy
 from workflow.routing import SERVICE_ACTOR, closing_effects, reopened_audit
 from workflow.service.context import ServiceContext
@@ -104,6 +107,7 @@ class BatchReads:
     nonces: dict[str, str | None]
     nonce_keys: set[str]
     parts: dict[str, StoredIntake]
+    freezes: list[FreezeTerms]
 
 
 def _stored_signature(decision: ApprovalDecision) -> str | None:
@@ -155,11 +159,9 @@ class Collector:
         batch: list[tuple[Msg, Planned]] = []
         keys: set[str] = set()
         sent: list[tuple[Msg, Sent]] = []
+        # A failure here (the database away) fails the batch: its messages are retried.
         self._reads = None
-        try:
-            self._reads = await self._prefetch(msgs)
-        except Exception as exc:  # each decision reads for itself instead
-            log.warning("collector: reading the batch's requests failed (%s)", exc)
+        self._reads = await self._prefetch(msgs)
         for msg in msgs:
             planned = await self._planned(msg)
             if planned is not None and planned.keys & keys:
@@ -200,6 +202,7 @@ class Collector:
             nonces=await store.requests.nonce_signatures(nonces),
             nonce_keys=set(nonces),
             parts={p.id: p for p in parts},
+            freezes=await store.grants.freezes(),
         )
 
     async def _load(self, request_id: str) -> tuple[HeldRequest, int] | None:
@@ -332,7 +335,9 @@ class Collector:
         try:
             decision = ApprovalDecision.model_validate(raw)
         except ValidationError as exc:
-            raise Unprocessable(f"invalid decision: {describe_invalid(exc)}") from exc
+            error = f"invalid decision: {describe_invalid(exc)}"
+            await self._refuse_invalid(raw, error)
+            raise Unprocessable(error) from exc
         now = ctx.now()
         token = ctx.subjects.token_after(msg.subject, "decisions")
         if token != decision.request_id:
@@ -352,9 +357,12 @@ class Collector:
             + ((f"passkey:{decision.passkey.credential_id}",) if decision.passkey else ())
         )
         if seen and signature == stored_signature is not None and attempts(msg) > 1:
-            # This very message was applied before (a redelivery after a crash): re-publish
-            # what it caused. The same decision arriving as a new message is a replay.
-            events = await ctx.store.outbox.events_for([held.proposal_id])
+            # The redelivery of a message whose effects were committed (after a crash or a
+            # failed publish): re-send what JetStream may not have stored, the events not yet
+            # confirmed. Never the confirmed ones: a replayed copy that happens to be
+            # redelivered must not hand subscribers a second release. The same decision
+            # arriving as a new message is a replay, refused below.
+            events = await ctx.store.outbox.unconfirmed_for([held.proposal_id])
             return Planned(now, events=events, keys=keys)
         used: tuple[str, int] | None = None
         if decision.passkey is not None:
@@ -365,8 +373,15 @@ class Collector:
                 approver=ctx.policy.approver_by_key(decision.key) if decision.key else None,
                 nonce_seen=seen,
                 signed_text=signed_text(raw),
+                problem=scheme_problem(raw),
             )
-        step = apply_decision(held, decision, check, now=now)
+        # A request under a freeze stays pending: its approvals wait for the thaw.
+        freezes = (
+            self._reads.freezes if self._reads is not None else await ctx.store.grants.freezes()
+        )
+        freeze = freezing(held.agent, held.workspace, freezes, read=False)
+        frozen = f"Frozen: {freeze.describe()}." if freeze is not None else None
+        step = apply_decision(held, decision, check, now=now, frozen=frozen)
         write = StepWrite(
             request_id=held.request_id,
             expected_version=version if (step.accepted or step.closed) else None,
@@ -507,6 +522,8 @@ class Collector:
         if isinstance(settled, Reopen):
             write.new_state = RequestState.PENDING
             write.requirement = settled.requirement.model_dump_json()
+            if settled.expires_at != held.expires_at:
+                write.expires_at = settled.expires_at
             write.audit.append(reopened_audit(held, settled))
             return
         outcome = settled.outcome
@@ -524,6 +541,21 @@ class Collector:
         write.outcome, write.proposal_status = row, (proposal.id, outcome)
         write.events.append(event)
         write.audit.append(audit)
+
+    async def _refuse_invalid(self, raw: dict[str, Any], error: str) -> None:
+        """A decision that is not valid (a naive timestamp, a field too long, …) is refused at
+        once with the reason, audited under the request it names (when that can be read):
+        it changes nothing, and retrying it could not make it valid."""
+        approver, request_id = raw.get("approver"), raw.get("request_id")
+        name = approver[:128] if isinstance(approver, str) else "?"
+        entry = AuditEntry(
+            kind="decision.refused",
+            actor=f"unverified:{name}",
+            request_id=request_id if is_token(request_id) else None,
+            data={"refusal": "invalid", "message": f"The decision is {error}."},
+        )
+        await self.ctx.store.audit.append([entry], self.ctx.now())
+        self.ctx.metrics.refused.labels("invalid").inc()
 
     async def _refuse_unapplied(self, decision: ApprovalDecision, message: str) -> None:
         """`_unapplied`, committed on its own."""

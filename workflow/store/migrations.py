@@ -75,6 +75,16 @@ def _v4(conn: Connection) -> None:
 
 
 def _v5(conn: Connection) -> None:
+    # Approvers' grants (and the proposal each use released) and freezes.
+    tables = [schema.GrantRow, schema.GrantUseRow, schema.FreezeRow]
+    SQLModel.metadata.create_all(
+        conn,
+        tables=[t.__table__ for t in tables],  # type: ignore[attr-defined]
+        checkfirst=True,
+    )
+
+
+def _v6(conn: Connection) -> None:
     # Retention: the anchor the audit chain starts from once its oldest records are pruned,
     # and the index the pruner finds decided proposals by (an append-ordered time: inserts
     # land on the index's last page).
@@ -85,7 +95,7 @@ def _v5(conn: Connection) -> None:
     conn.execute(text("CREATE INDEX IF NOT EXISTS ix_outcomes_at ON outcomes (at)"))
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 
 
 async def migrate(engine: AsyncEngine) -> int:

@@ -227,6 +227,8 @@ class Requests:
             values: dict[str, Any] = {"version": write.expected_version + 1}
             if write.requirement is not None:
                 values["requirement"] = write.requirement
+            if write.expires_at is not None:
+                values["expires_at"] = write.expires_at
             if write.new_state is not None:
                 values["state"] = write.new_state
                 if write.new_state is not RequestState.PENDING:
@@ -258,6 +260,8 @@ class Requests:
             }
             if write.requirement is not None:
                 values["requirement"] = write.requirement
+            if write.expires_at is not None:
+                values["expires_at"] = write.expires_at
             if write.new_state is not None:
                 values["state"] = write.new_state
                 if write.new_state is not RequestState.PENDING:
