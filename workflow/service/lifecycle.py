@@ -180,7 +180,9 @@ class Service:
         try:
             self._nkey = nkey
             nc = await connect_nats(s, self.url, nkey=nkey)
-            store = await Store.open(s.db_url)
+            # PostgreSQL connections for what runs at once: an intake worker's stage (and a
+            # spare), or the main process's stages, periodic tasks, API and web inbox.
+            store = await Store.open(s.db_url, pool_size=2 if s.intake_worker else 8)
         except BaseException:
             self._stop_embedded()
             raise

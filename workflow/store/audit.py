@@ -21,6 +21,7 @@ from workflow.store.chain import (
     verify_chain,
 )
 from workflow.store.engine import Database
+from workflow.store.pgpath import Insert
 from workflow.store.tables import AUDIT, AUDIT_ANCHOR, AUDIT_HEAD
 
 #: The length of the `actor` column.
@@ -51,9 +52,23 @@ class AuditLog:
     def __init__(self, db: Database):
         self.db = db
 
-    def append_in(self, conn: Connection, entries: Sequence[AuditEntry], now: datetime) -> None:
-        """Append `entries` inside the caller's transaction, chained after the head."""
+    def append_in(
+        self,
+        conn: Connection,
+        entries: Sequence[AuditEntry],
+        now: datetime,
+        also: Sequence[Insert] = (),
+    ) -> None:
+        """Append `entries` inside the caller's transaction, chained after the head; insert
+        the rows of `also` with them (on PostgreSQL all in one statement with the head's
+        move: one round trip)."""
+        pg = self.db.pg_inserts
         if not entries:
+            if pg is not None:
+                pg.run(conn, also)
+            else:
+                for insert in also:
+                    self.db.insert_rows(conn, insert.table, insert.rows, ignore=insert.ignore)
             return
         if self.db.fast:  # the write lock already serialises appends
             seq, prev = fastpath.audit_head(conn)
@@ -84,6 +99,11 @@ class AuditLog:
                 )
             )
             prev = digest
+        if pg is not None:
+            pg.run(conn, [*also, Insert(AUDIT, rows)], head=(seq, prev))
+            return
+        for insert in also:
+            self.db.insert_rows(conn, insert.table, insert.rows, ignore=insert.ignore)
         self.db.insert_rows(conn, AUDIT, rows)
         if self.db.fast:
             fastpath.move_audit_head(conn, seq, prev)

@@ -41,9 +41,10 @@ class Store:
         self.grants = Grants(db, self.audit)
 
     @classmethod
-    async def open(cls, url: str) -> Store:
-        """Open the database at `url` and bring its schema to the newest version."""
-        return cls(await Database.open(url))
+    async def open(cls, url: str, *, pool_size: int = 5) -> Store:
+        """Open the database at `url` and bring its schema to the newest version; on
+        PostgreSQL with up to 2 × `pool_size` pooled connections."""
+        return cls(await Database.open(url, pool_size=pool_size))
 
     @property
     def dialect(self) -> str:

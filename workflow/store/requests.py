@@ -21,8 +21,9 @@ from workflow.outcomes import RequestState
 from workflow.store import fastpath
 from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
-from workflow.store.outbox import Outbox
-from workflow.store.tables import DECISIONS, OUTCOMES, PROPOSALS, REQUESTS
+from workflow.store.outbox import IGNORE, Outbox, records
+from workflow.store.pgpath import Insert
+from workflow.store.tables import DECISIONS, OUTBOX, OUTCOMES, PROPOSALS, REQUESTS
 
 
 class ConcurrentUpdate(Exception):
@@ -180,7 +181,6 @@ class Requests:
         if not kept:
             return ok
         self._move_requests(conn, kept)
-        self.db.insert_rows(conn, OUTCOMES, [w.outcome for w, _ in kept if w.outcome is not None])
         statuses = [w.proposal_status for w, _ in kept if w.proposal_status is not None]
         if statuses:
             if self.db.fast:
@@ -193,8 +193,11 @@ class Requests:
                     _PROPOSAL_STATUS, [{"b_id": pid, "status": status} for pid, status in statuses]
                 )
         latest = max(now for _, now in kept)
-        self.outbox.insert_in(conn, [e for w, _ in kept for e in w.events], latest)
-        self.audit.append_in(conn, [a for w, _ in kept for a in w.audit], latest)
+        rows = [
+            Insert(OUTCOMES, [w.outcome for w, _ in kept if w.outcome is not None]),
+            Insert(OUTBOX, records([e for w, _ in kept for e in w.events], latest), IGNORE),
+        ]
+        self.audit.append_in(conn, [a for w, _ in kept for a in w.audit], latest, also=rows)
         return ok
 
     def _insert_decisions(
