@@ -510,8 +510,9 @@ def p99_windows(minutes: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def retention_policy(tmp: Path, seconds: int) -> tuple[Path, Path]:
-    """A policy like the default one, keeping decided proposals `seconds` (the pruner runs
-    every 10 s), with an approver key of its own for the bot; returns both files."""
+    """A policy like the default one, keeping decided proposals and audit records `seconds`
+    (the pruned audit archived in the temporary directory; the pruner runs every 10 s), with
+    an approver key of its own for the bot; returns both files."""
     key = ApproverKey.generate()
     key_path = tmp / "bench-approver.seed"
     key.write(key_path)
@@ -519,6 +520,8 @@ def retention_policy(tmp: Path, seconds: int) -> tuple[Path, Path]:
     policy.write_text(
         f"""[retention]
 proposals = {seconds}
+audit = {seconds}
+audit_archive = "{tmp / "audit-archive"}"
 interval = 10
 
 [approvers.bench]

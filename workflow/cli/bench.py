@@ -113,9 +113,10 @@ def bench(
     ] = 1,
     retention: Annotated[
         str | None,
-        typer.Option("--retention", metavar="DURATION", help="Keep decided proposals this long "
-                     "(e.g. 2m; the service's policy gets `[retention] proposals`, pruned every "
-                     "10 s): a soak then shows the database staying bounded. Not with --policy."),
+        typer.Option("--retention", metavar="DURATION", help="Keep decided proposals and audit "
+                     "records this long (e.g. 2m; the service's policy gets `[retention]`, "
+                     "pruned every 10 s, the audit archived in the temporary directory): a "
+                     "soak then shows the database staying bounded. Not with --policy."),
     ] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the temporary directory.")] = False,
     json_out: JsonOut = False,
