@@ -14,6 +14,7 @@ from enum import Enum
 
 from workflow.classify import rules, ruleset
 from workflow.classify.findings import finding
+from workflow.classify.grammar import find_primaries
 from workflow.classify.readers import option_writes
 from workflow.classify.readonly import READ_ONLY
 from workflow.classify.shellstate import (
@@ -409,16 +410,10 @@ def _watch(name: str, args: list[Word], st: ShellState, stdin_text: str | None) 
 
 def _find(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
     traits: set[str] = set()
-    i = 0
-    while i < len(args):
-        if args[i].value in ("-exec", "-execdir", "-ok", "-okdir"):
-            end = i + 1
-            while end < len(args) and args[end].value not in (";", "+"):
-                end += 1
-            inner = [UNKNOWN_WORD if w.value == "{}" else w for w in args[i + 1 : end]]
+    for primary, values in find_primaries(args):  # grammar.py: a value is never a primary
+        if primary in ("-exec", "-execdir", "-ok", "-okdir"):
+            inner = [UNKNOWN_WORD if w.value == "{}" else w for w in values]
             traits |= analyse_argv(inner, st, None)
-            i = end
-        i += 1
     rules.find_rules(args, st)
     checker = READ_ONLY["find"]
     roots = [w for w in args if not w.text.startswith(("-", "(", "!", ")"))][:1]

@@ -24,7 +24,7 @@ from workflow.classify.grammar import (
     parse,
 )
 from workflow.classify.readers import Reader, decoding
-from workflow.classify.scripts import awk_program, jq_program, sed_program
+from workflow.classify.scripts import awk_program, jq_program, ps_options, sed_program
 from workflow.classify.shellstate import Word
 
 E, W, WS, R = Effect.EXEC, Effect.WRITE, Effect.WRITES, Effect.READ
@@ -705,7 +705,7 @@ READERS: dict[str, Reader] = {
     "iconv": Reader(_ICONV, "paths"),
     "shuf": Reader(_SHUF, "paths"),
     "diff": Reader(_DIFF, "paths"),
-    "ps": Reader(_PS, "data"),
+    "ps": Reader(_PS, "data", program=ps_options),
     "hash": Reader(_HASH, "data"),
     "printf": Reader(_PRINTF, "data"),
     "last": Reader(_LAST, "data"),
@@ -895,8 +895,12 @@ def _git_listing(sub: str, rest: list[str]) -> bool:
         )
     if sub == "tag":
         return not positional or any(f in ("-l", "--list", "--contains") for f in flags)
-    if sub == "remote":
-        return not positional or positional[0] == "get-url"
+    if sub == "remote":  # `show NAME` asks the remote unless -n
+        return (
+            not positional
+            or positional[0] == "get-url"
+            or (positional[0] == "show" and "-n" in flags)
+        )
     if sub in ("stash", "worktree", "notes", "submodule"):
         return bool(positional) and positional[0] in ("list", "show", "status")
     if sub == "reflog":

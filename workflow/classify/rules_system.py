@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from workflow.classify.findings import finding
 from workflow.classify.hosts import URL_RE, host_findings, remote_host, url_findings
-from workflow.classify.readonly import git_is_read
+from workflow.classify.readonly import git_is_read, git_remote_contacted
 from workflow.classify.rules import (
     CRIT,
     DE,
@@ -266,8 +266,10 @@ def _git(name: str, args: list[Word], st: ShellState, stdin_text: str | None) ->
                 *cats,
             )
         )
-    if sub in _GIT_NET or (
-        sub in ("submodule", "remote") and rest[:1] and rest[0].text in ("update", "add")
+    if (
+        sub in _GIT_NET
+        or (sub in ("submodule", "remote") and rest[:1] and rest[0].text in ("update", "add"))
+        or git_remote_contacted(sub, rest)
     ):
         st.add(
             finding(

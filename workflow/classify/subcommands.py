@@ -530,7 +530,7 @@ _PIP = Tool(
     ),
     unsafe=frozenset({"--log", "--log-file", "--python", "--exists-action"}),
     check=_pip,
-    egress=_paths("index", "search"),
+    egress=_paths("index", "search", "list"),
 )
 
 _APT_SIMULATED = frozenset(
@@ -696,8 +696,57 @@ LISTINGS: dict[str, Callable[[list[str]], bool]] = {
 }
 
 
+#: Subcommands that fetch from the network (and then run or write): not reads, and network.
+NETWORK_SUBCOMMANDS: dict[str, frozenset[tuple[str, ...]]] = {
+    "pip": _paths("download", "wheel", "install"),
+    "pip3": _paths("download", "wheel", "install"),
+    "go": _paths("mod download", "get", "install", "mod tidy"),
+    "openssl": _paths("s_client", "s_time", "ocsp"),
+    "cargo": _paths("fetch", "install", "update"),
+}
+
+#: Commands that change system settings unless only listing or printing.
+CHANGES_SYSTEM = frozenset({"hostname", "date", "ip", "hostnamectl", "timedatectl", "localectl"})
+
+
+def network_subcommand(name: str, args: list[Word], st: ShellState) -> None:
+    paths = NETWORK_SUBCOMMANDS.get(name)
+    if paths is None:
+        return
+    words = tuple(a.text for a in args if not a.text.startswith("-"))
+    if _matches(words, paths):
+        st.add(
+            finding(
+                "packages.network_fetch",
+                f"`{shown([Word.of(name), *args])}` fetches from the network (network, high).",
+                RiskClass.EXEC,
+                Severity.HIGH,
+                Category.NETWORK,
+            )
+        )
+
+
+def changes_system(name: str, args: list[Word]) -> Finding:
+    return finding(
+        "options.changes_system",
+        f"`{shown([Word.of(name), *args])}` changes system settings (privileged, high).",
+        RiskClass.EXEC,
+        Severity.HIGH,
+        Category.PRIVILEGED,
+    )
+
+
+def _asks(name: str, line: Line, tool: Tool) -> bool:
+    """Whether an egress-listed subcommand asks the network this time (`pip list` only with
+    --outdated/--uptodate, `npm audit` but not `npm audit fix`)."""
+    if name in ("pip", "pip3") and line.words[:1] == ("list",):
+        return tool.check is not None and not tool.check(line)
+    return tool.check is None or tool.check(line)
+
+
 def read_subcommand(name: str, args: list[Word], st: ShellState) -> Result | None:
     """A read (or egress) Result when `name args` is a read-only use of a listed tool."""
+    network_subcommand(name, args, st)
     listing = LISTINGS.get(name)
     if listing is not None:
         if any(a.value is None for a in args) or not listing([a.text for a in args]):
@@ -711,11 +760,7 @@ def read_subcommand(name: str, args: list[Word], st: ShellState) -> Result | Non
         return None
     if name == "kubectl" and dry_run_kubectl(line):
         return ("read", frozenset(), [])
-    if (
-        tool.egress
-        and _matches(line.words, tool.egress)
-        and (tool.check is None or tool.check(line))
-    ):
+    if tool.egress and _matches(line.words, tool.egress) and _asks(name, line, tool):
         st.add(registry_egress(name, args, st))
         return ("wrapped", frozenset({FETCH}), [])
     if not _matches(line.words, tool.reads):
