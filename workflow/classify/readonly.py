@@ -45,7 +45,7 @@ def _g(
 _PLAIN = _g()
 
 
-def _simple(operands: str, values: str = "", long_values: Iterable[str] = ()) -> Reader:
+def _reader(operands: str, values: str = "", long_values: Iterable[str] = ()) -> Reader:
     return Reader(_g(values, long_values), operands)
 
 
@@ -629,32 +629,32 @@ READERS: dict[str, Reader] = {
             "comm",
         )
     },
-    "head": _simple("paths", "nc", ("--lines", "--bytes")),
-    "tail": _simple(
+    "head": _reader("paths", "nc", ("--lines", "--bytes")),
+    "tail": _reader(
         "paths", "ncs", ("--lines", "--bytes", "--pid", "--sleep-interval", "--max-unchanged-stats")
     ),
-    "cut": _simple(
+    "cut": _reader(
         "paths",
         "bcdf",
         ("--bytes", "--characters", "--delimiter", "--fields", "--output-delimiter"),
     ),
-    "cmp": _simple("paths", "in", ("--ignore-initial", "--bytes")),
-    "join": _simple("paths", "aejotv12"),
-    "paste": _simple("paths", "d", ("--delimiters",)),
-    "nl": _simple("paths", "bdfhilnsvw"),
-    "od": _simple(
+    "cmp": _reader("paths", "in", ("--ignore-initial", "--bytes")),
+    "join": _reader("paths", "aejotv12"),
+    "paste": _reader("paths", "d", ("--delimiters",)),
+    "nl": _reader("paths", "bdfhilnsvw"),
+    "od": _reader(
         "paths", "AjNtwS", ("--address-radix", "--skip-bytes", "--read-bytes", "--format")
     ),
     "hexdump": Reader(_g("efns", effects={"-f": R}), "paths"),
-    "strings": _simple(
+    "strings": _reader(
         "paths", "nteTs", ("--bytes", "--radix", "--encoding", "--target", "--output-separator")
     ),
-    "column": _simple("paths", "csoNRHWTEnl"),
-    "fold": _simple("paths", "w", ("--width",)),
-    "fmt": _simple("paths", "wpg", ("--width", "--prefix", "--goal")),
-    "pr": _simple("paths", "hwlNoWD"),
-    "expand": _simple("paths", "t", ("--tabs",)),
-    "unexpand": _simple("paths", "t", ("--tabs",)),
+    "column": _reader("paths", "csoNRHWTEnl"),
+    "fold": _reader("paths", "w", ("--width",)),
+    "fmt": _reader("paths", "wpg", ("--width", "--prefix", "--goal")),
+    "pr": _reader("paths", "hwlNoWD"),
+    "expand": _reader("paths", "t", ("--tabs",)),
+    "unexpand": _reader("paths", "t", ("--tabs",)),
     "look": Reader(_g("t"), "paths", text=1),
     "grep": _GREP_READER,
     "egrep": _GREP_READER,
@@ -667,8 +667,8 @@ READERS: dict[str, Reader] = {
     "fdfind": Reader(_FD, "names", text=1),
     "bat": Reader(_BAT, "paths"),
     "batcat": Reader(_BAT, "paths"),
-    "exa": _simple("names", "LsIt", ("--level", "--sort", "--ignore-glob", "--time")),
-    "eza": _simple("names", "LsIt", ("--level", "--sort", "--ignore-glob", "--time")),
+    "exa": _reader("names", "LsIt", ("--level", "--sort", "--ignore-glob", "--time")),
+    "eza": _reader("names", "LsIt", ("--level", "--sort", "--ignore-glob", "--time")),
     "tree": Reader(_TREE, "names"),
     "du": Reader(_DU, "names"),
     "file": Reader(_FILE, "names"),

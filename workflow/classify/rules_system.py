@@ -259,7 +259,7 @@ def _git(name: str, args: list[Word], st: ShellState, stdin_text: str | None) ->
         cats = (D, N) if sub == "push" else (D,)
         st.add(
             finding(
-                f"shell.git_{sub}_destructive",
+                "shell.git_destructive",
                 f"`git {sub} {shown(rest)}` {harm} (destructive, high).",
                 DE,
                 HIGH,
@@ -311,7 +311,7 @@ def _chmod(name: str, args: list[Word], st: ShellState, stdin_text: str | None) 
         return EXEC
     st.add(
         finding(
-            f"shell.{name}",
+            "shell.permissions",
             f"`{name} {shown(args)}` changes ownership or opens up "
             f"permissions (privileged, {sev}).",
             X,
@@ -343,7 +343,7 @@ def _service(name: str, args: list[Word], st: ShellState, stdin_text: str | None
         return ("read", frozenset(), [])
     st.add(
         finding(
-            f"shell.{name}",
+            "shell.service_change",
             f"`{name} {shown(args)}` changes system services (privileged, high).",
             X,
             HIGH,
@@ -582,7 +582,13 @@ SYSTEM_RULES: dict[str, Rule] = {
     "chgrp": _chmod,
     **{n: _service for n in ("systemctl", "service", "launchctl", "rc-service")},
     **{
-        n: _simple(f"shell.{n}", "changes firewall, mounts, kernel or account settings", X, HIGH, P)
+        n: _simple(
+            "shell.system_settings",
+            "changes firewall, mounts, kernel or account settings",
+            X,
+            HIGH,
+            P,
+        )
         for n in (
             "iptables",
             "ip6tables",
@@ -614,7 +620,7 @@ SYSTEM_RULES: dict[str, Rule] = {
         )
     },
     **{
-        n: _simple(f"shell.{n}", "stops or restarts the machine", X, CRIT, P)
+        n: _simple("shell.power", "stops or restarts the machine", X, CRIT, P)
         for n in ("reboot", "shutdown", "halt", "poweroff", "init", "telinit")
     },
     **{n: _package for n in sorted(_SYSTEM_PKG | _USER_PKG)},
@@ -659,7 +665,7 @@ SYSTEM_RULES: dict[str, Rule] = {
         )
     },
     **{
-        n: _simple(f"shell.{n}", "drops or wipes a whole database or disk", DE, CRIT, D)
+        n: _simple("shell.disk_wipe", "drops or wipes a whole database or disk", DE, CRIT, D)
         for n in (
             "dropdb",
             "dropuser",
@@ -677,6 +683,6 @@ SYSTEM_RULES: dict[str, Rule] = {
             "format",
         )
     },
-    **{n: _simple(f"shell.{n}", "kills processes", X, HIGH) for n in ("kill", "pkill", "killall")},
+    **{n: _simple("shell.kill", "kills processes", X, HIGH) for n in ("kill", "pkill", "killall")},
 }
 _ = (MED, NONE)
