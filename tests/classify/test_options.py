@@ -194,7 +194,6 @@ READS = [
     "awk '/system\\(/ {print FILENAME \": \" $0}' scripts/x.awk",
     "awk '{ if ($1 > 3) print $2 }' f",
     "awk 'BEGIN { print (1 > 2) }'",
-    "awk '{ print ENVIRON[\"HOME\"] }' f",
     "sed -n '/e id/p' notes.txt",
     "sed 's/a/b/g; y/abc/xyz/' f",
     "sed -n '1,/^$/p' f",

@@ -27,7 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CLASSIFY = ROOT / "workflow" / "classify"
 DOCS = ROOT / "docs" / "rules.md"
 #: The calls that take a rule id as their first argument.
-EMITTERS = frozenset({"finding", "note", "Finding", "_simple", "_network", "_secret"})
+EMITTERS = frozenset(
+    {"finding", "note", "Finding", "_simple", "_network", "_secret", "shell_feature", "_defines"}
+)
 
 
 def _emitted_ids() -> tuple[dict[str, str], list[str]]:

@@ -198,13 +198,18 @@ def read_command(reader: Reader, name: str, args: list[Word], st: ShellState) ->
     traits = reader.traits(parsed) if reader.traits is not None else frozenset()
     if reader.operands == "paths":
         for w in operands:
-            if w.text != "-":
-                st.add(*check_path(w.approx, st.cwd, st.rules, Access.READ, f"`{cmd}`"))
+            if w.text != "-":  # every value the word may take (`${X:-default}`, `f=…; $f`)
+                for candidate in (w.approx, *w.alts):
+                    st.add(*check_path(candidate, st.cwd, st.rules, Access.READ, f"`{cmd}`"))
             if w.value is None and NAMES_PROTECTED in w.traits:
                 st.add(named_by_substitution(cmd))
     elif reader.operands == "data" and name in _PRINTERS:
         # `cat $(echo ~/.ssh/id_rsa)`: what it prints may become another command's file name
-        if any(check_path(w.approx, st.cwd, st.rules, Access.READ, "") for w in operands):
+        if any(
+            check_path(candidate, st.cwd, st.rules, Access.READ, "")
+            for w in operands
+            for candidate in (w.approx, *w.alts)
+        ):
             traits = traits | {NAMES_PROTECTED}
     return (base, traits, writes)
 

@@ -192,4 +192,12 @@ RULES = (
         N,
         domain=DOMAIN,
     ),
+    rule(
+        "shell.parallel_remote",
+        X,
+        "high",
+        "`parallel -S`/`--sshlogin`: jobs run on remote hosts",
+        N,
+        domain=DOMAIN,
+    ),
 )

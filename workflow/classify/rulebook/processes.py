@@ -149,4 +149,19 @@ RULES = (
         "program text that is unseen (`-f FILE`), dynamic or does not parse",
         domain=DOMAIN,
     ),
+    rule(
+        "shell.piped_script",
+        X,
+        "high",
+        "a shell or interpreter running the commands piped into it",
+        domain=DOMAIN,
+    ),
+    rule(
+        "shell.interpreter_on_data",
+        X,
+        "high",
+        "`xargs`, `parallel`, `find -exec` running a shell or interpreter on input only known at "
+        "run time; fails closed",
+        domain=DOMAIN,
+    ),
 )

@@ -87,4 +87,12 @@ RULES = (
         N,
         domain=DOMAIN,
     ),
+    rule(
+        "target.protected_tree",
+        EG,
+        "critical",
+        "a recursive read of a directory that holds protected locations (`grep -r x ~`)",
+        S,
+        domain=DOMAIN,
+    ),
 )

@@ -145,4 +145,11 @@ RULES = (
         "note: the optional model check failed; nothing changes",
         domain=DOMAIN,
     ),
+    rule(
+        "target.too_many",
+        RiskClass.EXEC,
+        "high",
+        "a tool argument list longer than the limit; fails closed past it",
+        domain=DOMAIN,
+    ),
 )
