@@ -56,6 +56,7 @@ EXECUTES = [
     "tar --use-compress=./x -tf a.tar",
     "jq -f prog.jq data.json",
     "hash -p /tmp/x/cat cat",
+    "yq -n 'load(\"/home/agent/.ssh/id_rsa\")'",
     "LESSOPEN='|./pre.sh %s' less README.md",
     "MANPAGER='sh -c id' man ls",
     "TAR_OPTIONS='-I ./x.sh' tar -tf a.tar",
@@ -126,6 +127,7 @@ WRITES = [
     ("unzip bundle.zip", "medium"),
     ("gunzip data.csv.gz", "medium"),
     ("git log -1 --output=/tmp/last.txt", "medium"),
+    ("yq -i '.a = 1' f.yaml", "medium"),
 ]
 
 
@@ -152,6 +154,7 @@ def test_an_option_that_writes_is_at_least_a_write_through_the_path_rules(
         "jq -r --arg k v '.auths' /home/agent/.docker/config.json",
         "jq --rawfile k ~/.ssh/id_rsa -n '$k'",
         "sort --files0-from=/home/agent/.netrc",
+        "wc --files0-from=/home/agent/.netrc",
         "sed 'r /home/agent/.ssh/id_rsa' notes.txt",
         "awk 'BEGIN { while ((getline l < \"/home/agent/.netrc\") > 0) print l }'",
         "tar czf /tmp/k.tgz ~/.ssh",
@@ -173,6 +176,8 @@ def test_an_option_value_is_never_taken_for_the_program_or_the_file(command: str
         "awk 'BEGIN{for (k in ENVIRON) print k \"=\" ENVIRON[k]}'",
         "ps eww",
         "ps aeux",
+        "yq 'env(AWS_SECRET_ACCESS_KEY)' f.yaml",
+        "yq -n '$ENV'",
     ],
 )
 def test_a_reader_that_prints_the_environment_is_secret_access(command: str) -> None:
@@ -204,6 +209,8 @@ READS = [
     "ls -la ~/.ssh",
     "jq -r '.items[] | .name' data.json",
     "jq --arg k v '.[$k]' data.json",
+    "yq '.spec.replicas' deploy.yaml",
+    "yq eval '.a' f.yaml",
     "git reflog -n 10",
     "git clean -nd",
     "git add -n .",

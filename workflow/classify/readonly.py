@@ -24,7 +24,7 @@ from workflow.classify.grammar import (
     parse,
 )
 from workflow.classify.readers import Reader, decoding
-from workflow.classify.scripts import awk_program, jq_program, ps_options, sed_program
+from workflow.classify.scripts import awk_program, jq_program, ps_options, sed_program, yq_program
 from workflow.classify.shellstate import Word
 
 E, W, WS, R = Effect.EXEC, Effect.WRITE, Effect.WRITES, Effect.READ
@@ -609,7 +609,6 @@ READERS: dict[str, Reader] = {
         name: _PATHS
         for name in (
             "cat",
-            "wc",
             "tac",
             "rev",
             "md5sum",
@@ -629,6 +628,7 @@ READERS: dict[str, Reader] = {
             "comm",
         )
     },
+    "wc": Reader(_g(long_values=("--files0-from",), effects={"--files0-from": R}), "paths"),
     "head": _reader("paths", "nc", ("--lines", "--bytes")),
     "tail": _reader(
         "paths", "ncs", ("--lines", "--bytes", "--pid", "--sleep-interval", "--max-unchanged-stats")
@@ -695,6 +695,13 @@ READERS: dict[str, Reader] = {
     },
     "jq": Reader(
         _JQ, "paths", text=1, text_options=frozenset({"-f", "--from-file"}), program=jq_program
+    ),
+    "yq": Reader(
+        _YQ,
+        "paths",
+        text=1,
+        program=yq_program,
+        in_place=frozenset({"-i", "--inplace"}),
     ),
     "sort": Reader(_SORT, "paths"),
     "uniq": Reader(

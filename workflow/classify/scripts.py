@@ -458,3 +458,24 @@ def jq_program(name: str, texts: list[Word], parsed: Parsed, st: ShellState) -> 
         elif _JQ_ENV.search(_JQ_STRING.sub('""', text.value)):
             out.append(env_dump(f"{name} {text.value}"))
     return out
+
+
+# --------------------------------------------------------------------------- yq
+
+_YQ_ENV = re.compile(r"\b(?:str)?env\s*\(|\$ENV\b|(?<![\w$.])env\b")
+_YQ_LOAD = re.compile(r"\bload(?:_str|_xml|_props|_base64)?\s*\(")
+
+
+def yq_program(name: str, texts: list[Word], parsed: Parsed, st: ShellState) -> list[Finding]:
+    """yq cannot run programs; its expression can print the environment (`env(X)`,
+    `strenv(X)`, `$ENV`) and read other files (`load("f")`). The expression may follow an
+    `eval`/`eval-all` subcommand, so every operand is looked at."""
+    out: list[Finding] = []
+    for text in [*texts, *parsed.operands]:
+        if text.value is None:
+            out.append(program_unknown(name, "is only known at run time"))
+        elif _YQ_ENV.search(text.value):
+            out.append(env_dump(f"{name} {text.value}"))
+        elif _YQ_LOAD.search(text.value):
+            out.append(program_unknown(name, "loads a file named in the expression"))
+    return out
