@@ -360,6 +360,16 @@ OPS_READS = [
     "mount",
     "dmesg --level=err",
     "top -b -n 1",
+    "terraform validate",
+    "terraform fmt -check",
+    "terraform state list",
+    "rpm -qa",
+    "rpm -qi bash",
+    "getent passwd agent",
+    "launchctl list",
+    "brew services list",
+    "aws s3 help",
+    "git commit --dry-run",
 ]
 
 
@@ -399,6 +409,13 @@ def test_a_read_only_subcommand_of_an_ops_tool_is_a_read(command: str) -> None:
         "dpkg -i x.deb",
         "hostname build-42",
         "date -s '2020-01-01 00:00'",
+        "terraform fmt",
+        "terraform state rm aws_instance.x",
+        "rpm -i x.rpm",
+        "rpm -qa --dbpath /tmp/db",
+        "getent shadow",
+        "launchctl unload x.plist",
+        "brew services start x",
     ],
 )
 def test_a_changing_subcommand_of_an_ops_tool_is_held(command: str) -> None:

@@ -95,6 +95,8 @@ def is_informational(name: str, args: list[Word], known: bool) -> bool:
             return True
         if flag == "version" and name in VERSION_WORD:
             return True
+    if name in ("aws", "az") and vals[-1] == "help" and len(vals) <= 3:  # `aws s3 help`
+        return all(_WORD.fullmatch(v) for v in vals)
     if name in HELP_WORD and vals[0] == "help" and len(vals) <= 3:
         return all(_WORD.fullmatch(v) for v in vals[1:])
     if name == "kubectl" and vals == ["version", "--client"]:

@@ -721,7 +721,10 @@ READERS: dict[str, Reader] = {
     "ss": Reader(_SS, "data"),
     "dmesg": Reader(_DMESG, "data"),
     "top": Reader(_TOP, "data"),
-    **{n: _DATA for n in ("netstat", "findmnt", "lsmod", "lspci", "lsusb", "htop")},
+    **{
+        n: _DATA
+        for n in ("netstat", "findmnt", "lsmod", "lspci", "lsusb", "htop", "lsb_release", "sw_vers")
+    },
 }
 
 
@@ -811,7 +814,7 @@ _GIT_UNSAFE = (
     "--exec",
 )
 #: Subcommands that change files unless given -n/--dry-run.
-_GIT_DRY_RUN = frozenset({"clean", "add", "rm", "mv"})
+_GIT_DRY_RUN = frozenset({"clean", "add", "rm", "mv", "commit"})
 _BRANCH_WRITE = frozenset(
     {
         "-d",

@@ -591,8 +591,52 @@ _GO = Tool(
     unsafe=frozenset({"-w", "-u", "-json-w"}),
 )
 
+
+def _terraform(line: Line) -> bool:
+    if line.words[:1] == ("fmt",):
+        return line.has("-check", "--check") and not line.has("-write", "--write")
+    return True
+
+
+_TERRAFORM = Tool(
+    values=frozenset(),
+    reads=_paths(
+        "validate",
+        "fmt",
+        "state list",
+        "workspace list",
+        "workspace show",
+        "providers",
+        "version",
+        "graph",
+    ),
+    unsafe=frozenset({"-json-into", "-out", "-state-out", "-backup"}),
+    check=_terraform,
+)
+
+_RPM_WRITES = frozenset(
+    {"-i", "--install", "-U", "--upgrade", "-F", "--freshen", "-e", "--erase", "--import",
+     "--rebuilddb", "--initdb", "--setperms", "--setugids", "--restore", "--reinstall",
+     "--delsign", "--addsign", "--resign", "--define", "-D", "--eval", "--dbpath", "--root",
+     "--macros", "--rcfile", "--pipe"}
+)  # fmt: skip
+
+
+def _rpm(line: Line) -> bool:
+    first = next(iter(line.options), "")
+    return (first.startswith(("-q", "-V")) or first in ("--query", "--verify")) and not line.has(
+        *_RPM_WRITES
+    )
+
+
 _SIMPLE_LISTS: dict[str, Tool] = {
-    "brew": Tool(frozenset(), _paths("list", "ls", "leaves", "config", "deps")),
+    "terraform": _TERRAFORM,
+    "tofu": _TERRAFORM,
+    "rpm": Tool(frozenset(), _paths("*"), check=_rpm),
+    "launchctl": Tool(
+        frozenset(), _paths("list", "print", "print-disabled", "blame", "version", "help")
+    ),
+    "brew": Tool(frozenset(), _paths("list", "ls", "leaves", "config", "deps", "services list")),
     "gem": Tool(frozenset(), _paths("list", "contents", "env"), frozenset({"--remote", "-r"})),
     "conda": Tool(
         frozenset({"-n", "--name", "-p", "--prefix"}), _paths("list", "env list", "info")
@@ -679,6 +723,10 @@ def _route(v: list[str]) -> bool:
     )
 
 
+def _getent(v: list[str]) -> bool:
+    return not any(x in ("shadow", "gshadow") for x in v)
+
+
 def _arp(v: list[str]) -> bool:
     return not any(x.startswith(("-s", "-d", "-f", "--set", "--delete", "--file")) for x in v)
 
@@ -693,6 +741,7 @@ LISTINGS: dict[str, Callable[[list[str]], bool]] = {
     "ifconfig": _ifconfig,
     "route": _route,
     "arp": _arp,
+    "getent": _getent,
 }
 
 
