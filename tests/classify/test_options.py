@@ -159,6 +159,8 @@ def test_an_option_that_writes_is_at_least_a_write_through_the_path_rules(
         "awk 'BEGIN { while ((getline l < \"/home/agent/.netrc\") > 0) print l }'",
         "tar czf /tmp/k.tgz ~/.ssh",
         "cat $(echo ~/.ssh/id_rsa)",
+        "tree --fromfile ~/.ssh/id_rsa",
+        "man -l ~/.ssh/id_rsa",
     ],
 )
 def test_an_option_value_is_never_taken_for_the_program_or_the_file(command: str) -> None:
@@ -370,6 +372,9 @@ OPS_READS = [
     "brew services list",
     "aws s3 help",
     "git commit --dry-run",
+    "kubectl get pods -owide",
+    "tree ~/.ssh",
+    "man -l ./docs/tool.1",
 ]
 
 
@@ -414,6 +419,10 @@ def test_a_read_only_subcommand_of_an_ops_tool_is_a_read(command: str) -> None:
         "rpm -i x.rpm",
         "rpm -qa --dbpath /tmp/db",
         "getent shadow",
+        "kubectl get secrets -oyaml",
+        "systemctl -H root@db.example.net status nginx",
+        "pip config list",
+        "bat cache --build",
         "launchctl unload x.plist",
         "brew services start x",
     ],

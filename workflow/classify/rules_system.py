@@ -339,7 +339,8 @@ _SERVICE_READ = frozenset(
 
 def _service(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
     pos = [a.text for a in _positional(args)]
-    if name == "systemctl" and pos and pos[0] in _SERVICE_READ:
+    remote = _has_flag(args, "-H", "--host", "-M", "--machine")  # over ssh, in a container
+    if name == "systemctl" and pos and pos[0] in _SERVICE_READ and not remote:
         return ("read", frozenset(), [])
     st.add(
         finding(

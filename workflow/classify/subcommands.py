@@ -60,7 +60,9 @@ def split(args: list[Word], values: frozenset[str]) -> Line | None:
             break
         if t.startswith("-") and len(t) > 1:
             name, eq, value = t.partition("=")
-            if not eq and name in values and i < len(args):
+            if not eq and not t.startswith("--") and len(t) > 2 and t[:2] in values:
+                name, value = t[:2], t[2:]  # an attached value: `-oyaml`
+            elif not eq and name in values and i < len(args):
                 value = args[i].text
                 i += 1
             options[name] = value
@@ -518,10 +520,6 @@ _PIP = Tool(
         "freeze",
         "check",
         "inspect",
-        "debug",
-        "config list",
-        "config get",
-        "config debug",
         "cache dir",
         "cache info",
         "cache list",
