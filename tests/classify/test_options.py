@@ -161,6 +161,9 @@ def test_an_option_that_writes_is_at_least_a_write_through_the_path_rules(
         "cat $(echo ~/.ssh/id_rsa)",
         "tree --fromfile ~/.ssh/id_rsa",
         "man -l ~/.ssh/id_rsa",
+        "docker compose --env-file ~/.aws/credentials config",
+        "helm template ./chart -f ~/.ssh/id_rsa",
+        "kubectl apply --dry-run=client -f /home/agent/.ssh/id_rsa",
     ],
 )
 def test_an_option_value_is_never_taken_for_the_program_or_the_file(command: str) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from workflow.classify.findings import Finding, finding
 from workflow.classify.hosts import url_findings
 from workflow.classify.shellstate import FETCH, ShellState, Word, shown
+from workflow.classify.targets import Access, check_path
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 
 Result = tuple[str | None, frozenset[str], list[Word] | None]
@@ -84,6 +85,8 @@ class Tool:
     check: Check | None = None
     #: Subcommands that only ask a registry or remote service: egress.
     egress: frozenset[tuple[str, ...]] = frozenset()
+    #: Options whose value is a file it reads (its contents can reach the output).
+    files: frozenset[str] = frozenset()
 
 
 def _matches(words: tuple[str, ...], paths: frozenset[tuple[str, ...]]) -> bool:
@@ -182,6 +185,7 @@ _KUBECTL = Tool(
         }
     ),
     check=_kubectl,
+    files=frozenset({"-f", "--filename"}),
 )
 
 _LOCAL_CHART = re.compile(r"^(\.{1,2}(/|$)|/|~)|^[\w.-]+$")
@@ -261,6 +265,7 @@ _HELM = Tool(
         }
     ),
     check=_helm,
+    files=frozenset({"-f", "--values"}),
 )
 
 _CONTAINER = Tool(
@@ -360,6 +365,7 @@ _CONTAINER = Tool(
             "--tlscacert",
         }
     ),
+    files=frozenset({"-f", "--file", "--env-file"}),
 )
 
 # --------------------------------------------------------------------------- services, network
@@ -783,6 +789,12 @@ def changes_system(name: str, args: list[Word]) -> Finding:
     )
 
 
+def _files_read(name: str, args: list[Word], line: Line, tool: Tool, st: ShellState) -> None:
+    for option in sorted(tool.files & set(line.options)):
+        where = f"`{shown([Word.of(name), *args])}`"
+        st.add(*check_path(line.options[option], st.cwd, st.rules, Access.READ, where))
+
+
 def _asks(name: str, line: Line, tool: Tool) -> bool:
     """Whether an egress-listed subcommand asks the network this time (`pip list` only with
     --outdated/--uptodate, `npm audit` but not `npm audit fix`)."""
@@ -806,6 +818,7 @@ def read_subcommand(name: str, args: list[Word], st: ShellState) -> Result | Non
     if line is None or line.has(*tool.unsafe):
         return None
     if name == "kubectl" and dry_run_kubectl(line):
+        _files_read(name, args, line, tool, st)
         return ("read", frozenset(), [])
     if tool.egress and _matches(line.words, tool.egress) and _asks(name, line, tool):
         st.add(registry_egress(name, args, st))
@@ -814,4 +827,5 @@ def read_subcommand(name: str, args: list[Word], st: ShellState) -> Result | Non
         return None
     if tool.check is not None and not tool.check(line):
         return None
+    _files_read(name, args, line, tool, st)
     return ("read", frozenset(), [])
