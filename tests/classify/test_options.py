@@ -160,6 +160,7 @@ def test_an_option_that_writes_is_at_least_a_write_through_the_path_rules(
         "tar czf /tmp/k.tgz ~/.ssh",
         "cat $(echo ~/.ssh/id_rsa)",
         "tree --fromfile ~/.ssh/id_rsa",
+        "git blame --contents=/home/agent/.ssh/id_rsa README.md",
         "man -l ~/.ssh/id_rsa",
         "docker compose --env-file ~/.aws/credentials config",
         "helm template ./chart -f ~/.ssh/id_rsa",
