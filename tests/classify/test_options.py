@@ -284,6 +284,8 @@ def test_help_and_version_of_a_known_command_are_reads(command: str) -> None:
         "npm run build --help",
         "kubectl exec pod --help",
         "./tool --version",
+        "pytest --help",
+        "pytest --version",
     ],
 )
 def test_a_help_flag_is_informational_only_where_the_program_reads_it_so(command: str) -> None:

@@ -26,7 +26,7 @@ SHORT_HELP = frozenset(
     {
         "sudo", "curl", "apt-get", "apt", "apt-cache", "pip", "pip3", "kubectl", "helm", "docker",
         "podman", "gh", "git", "rg", "fd", "bat", "jq", "yq", "nc", "ncat", "wget", "rsync",
-        "terraform", "tofu", "npm", "uv", "ruff", "pytest", "node", "python", "python3", "xz",
+        "terraform", "tofu", "npm", "uv", "ruff", "node", "python", "python3", "xz",
         "gzip", "zstd", "unzip", "psql", "mysql", "sqlite3", "redis-cli", "ssh-keygen", "aws",
         "gcloud", "az",
     }
@@ -71,9 +71,10 @@ SUBCOMMAND_TOOLS = frozenset(
      "apt-get", "apt-cache", "systemctl", "conda", "brew", "gem", "bundle", "composer",
      "dotnet", "make", "ip", "flyctl", "doctl", "pulumi", "vercel", "heroku", "openssl"}
 )  # fmt: skip
-#: Machines' power commands: never informational (`shutdown -h` halts).
+#: Never informational: the machine's power commands (`shutdown -h` halts) and pytest, which
+#: loads the project's conftest.py files and plugins even for `--help` and `--version`.
 NEVER_INFORMATIONAL = frozenset(
-    {"shutdown", "reboot", "halt", "poweroff", "init", "telinit", "format"}
+    {"shutdown", "reboot", "halt", "poweroff", "init", "telinit", "format", "pytest", "py.test"}
 )
 _WORD = re.compile(r"[a-z][a-z0-9-]*")
 
