@@ -67,14 +67,27 @@ GROUPS = frozenset(
 #: (a wrapper or an interpreter would run the next word as a program instead).
 SUBCOMMAND_TOOLS = frozenset(
     {"git", "docker", "podman", "kubectl", "helm", "terraform", "tofu", "pip", "pip3", "npm",
-     "yarn", "pnpm", "cargo", "go", "uv", "poetry", "gh", "glab", "aws", "gcloud", "az", "apt",
-     "apt-get", "apt-cache", "systemctl", "conda", "brew", "gem", "bundle", "composer",
+     "pnpm", "cargo", "go", "uv", "poetry", "gh", "glab", "aws", "gcloud", "az", "apt",
+     "apt-get", "apt-cache", "systemctl", "conda", "brew", "gem", "bundle",
      "dotnet", "make", "ip", "flyctl", "doctl", "pulumi", "vercel", "heroku", "openssl"}
 )  # fmt: skip
-#: Never informational: the machine's power commands (`shutdown -h` halts) and pytest, which
-#: loads the project's conftest.py files and plugins even for `--help` and `--version`.
+#: Never informational: the machine's power commands (`shutdown -h` halts), and programs that
+#: load project code before they look at their options: pytest (conftest.py, plugins), yarn
+#: (the project's `.yarn/plugins`), composer (the project's plugins).
 NEVER_INFORMATIONAL = frozenset(
-    {"shutdown", "reboot", "halt", "poweroff", "init", "telinit", "format", "pytest", "py.test"}
+    {
+        "shutdown",
+        "reboot",
+        "halt",
+        "poweroff",
+        "init",
+        "telinit",
+        "format",
+        "pytest",
+        "py.test",
+        "yarn",
+        "composer",
+    }
 )
 _WORD = re.compile(r"[a-z][a-z0-9-]*")
 
