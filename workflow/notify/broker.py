@@ -36,8 +36,8 @@ log = logging.getLogger("headgate.notify")
 ACK_WAIT = 60.0
 #: Events asked for per pull; the consumers' `max_ack_pending` bounds the events in hand.
 FETCH = 16
-#: Seconds a pull waits for events (and so, at most, how long a pull outlives a stop).
-FETCH_TIMEOUT = 1.0
+#: Seconds one pull waits for events (a stop does not wait for it).
+FETCH_TIMEOUT = 5.0
 MAX_ACK_PENDING = 1024
 
 

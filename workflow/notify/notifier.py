@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from workflow.client import transport
 from workflow.errors import ConnectError
 from workflow.messages import Blocked, Escalated, InboxItem, Notified, ProposalHistory, Released
-from workflow.notify.broker import ACK_WAIT, FETCH_TIMEOUT, SOURCES, build_app, consumer_config
+from workflow.notify.broker import ACK_WAIT, SOURCES, build_app, consumer_config
 from workflow.notify.channels import Channel, DeliveryError, open_channel
 from workflow.notify.config import NotifyConfig
 from workflow.notify.routing import Routed, channels_for
@@ -44,10 +44,10 @@ log = logging.getLogger("headgate.notify")
 DAY = 24 * 3600.0
 #: A notice whose request history the service cannot give yet is tried again after this long.
 API_RETRY_DELAY = 2.0
-#: A notice handed back at a stop comes back after this long: by then every pull of the
-#: stopping notifier has ended, so the next notifier gets it rather than a pull that is being
-#: abandoned (which would hold it until the ack wait runs out).
-HAND_BACK_DELAY = 2 * FETCH_TIMEOUT
+#: A notice handed back at a stop comes back after this long, when the stopping notifier has
+#: unsubscribed: handed back at once, it went straight to the stopping notifier's own pull, which
+#: was then abandoned, and waited out the whole ack wait.
+HAND_BACK_DELAY = 2.0
 
 
 def notify_streams(subjects: Subjects, replicas: int = 1) -> list[StreamConfig]:
