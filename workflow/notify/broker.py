@@ -31,7 +31,9 @@ from pydantic import BaseModel
 from workflow.messages import Blocked, Escalated, InboxItem, Notified, Released
 from workflow.subjects import Subjects
 
-log = logging.getLogger("headgate.notify")
+#: FastStream's own lines: a consumer loop that failed and was restarted (errors), its task
+#: notices (info, kept out of the service's log: `cli.logs`) and each message (debug).
+log = logging.getLogger("headgate.notify.faststream")
 
 ACK_WAIT = 60.0
 #: Events asked for per pull; the consumers' `max_ack_pending` bounds the events in hand.
