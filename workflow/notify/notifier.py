@@ -20,7 +20,9 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
+from faststream.nats import NatsBroker
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -184,18 +186,47 @@ class Notifier:
         (cancelled), it drops the notices in hand unacked: they come back after the ack wait."""
         await self.ensure()
         self._stopping = stop
-        broker = build_app(
-            self.subjects, self._handle_guarded, self.servers,
-            max_workers=self.max_inflight, ack_wait=self.ack_wait, **self.connect,
-        )  # fmt: skip
+        broker = await self._started(stop)
+        if broker is None:
+            return
         try:
-            await broker.start()
             await stop.wait()
             while self._in_hand:
                 await asyncio.wait(set(self._in_hand))
         finally:
             # Stops fetching, then cancels what is still in hand (nothing, unless killed).
             await broker.stop()
+
+    async def _started(self, stop: asyncio.Event) -> NatsBroker | None:
+        """Its broker, started. One that cannot start (NATS unreachable, credentials refused)
+        is logged and tried again with backoff (1 s, 2 s, … 30 s) until `stop`: nothing else
+        watches the notifier, and a notifier that ended here would tell nobody anything."""
+        delay = 1.0
+        while not stop.is_set():
+            broker = build_app(
+                self.subjects, self._handle_guarded, self.servers,
+                max_workers=self.max_inflight, ack_wait=self.ack_wait, **self.connect,
+            )  # fmt: skip
+            starting = asyncio.ensure_future(broker.start())
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if starting.done() and starting.exception() is None:
+                return broker
+            starting.cancel()
+            with contextlib.suppress(BaseException):
+                await starting
+            if not starting.cancelled() and (exc := starting.exception()) is not None:
+                log.error(
+                    "notifier: cannot read its consumers on %s (%s: %s); trying again in %.0f s",
+                    _where(self.servers), type(exc).__name__, exc, delay,
+                )  # fmt: skip
+            with contextlib.suppress(Exception):
+                await broker.stop()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            delay = min(delay * 2, 30.0)
+        return None
 
     async def _handle_guarded(self, msg: Msg) -> None:
         task = asyncio.current_task()
@@ -334,6 +365,12 @@ class Notifier:
         if notice.kind == "held":
             waited = (now - notice.created_at).total_seconds()
             self.metrics.first_notification.labels(name).observe(max(waited, 0.0))
+
+
+def _where(servers: Sequence[str]) -> str:
+    """The servers without any user or password in their URLs."""
+    return ", ".join(urlsplit(url)._replace(netloc=urlsplit(url).netloc.rpartition("@")[2])
+                     .geturl() for url in servers)  # fmt: skip
 
 
 def _open(config: NotifyConfig, fallback_secret: bytes) -> dict[str, Channel]:
