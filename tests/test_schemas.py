@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from workflow.controls import CONTROL_MODELS
 from workflow.messages import WIRE_MODELS
 from workflow.notify.broker import build_app as notifier_app
 from workflow.schemas import render, write_schemas
@@ -24,7 +25,8 @@ def test_committed_schemas_match_the_models() -> None:
 
 def test_every_wire_model_has_a_schema_and_the_asyncapi_document_lists_every_handler() -> None:
     files = render()
-    assert set(files) == {f"{name}.json" for name in WIRE_MODELS} | {"asyncapi.json"}
+    models = WIRE_MODELS | CONTROL_MODELS
+    assert set(files) == {f"{name}.json" for name in models} | {"asyncapi.json"}
     asyncapi = json.loads(files["asyncapi.json"])
     received = {
         _wildcard(_channel(asyncapi, op)["address"])
@@ -34,6 +36,7 @@ def test_every_wire_model_has_a_schema_and_the_asyncapi_document_lists_every_han
     assert received == subscribed_subjects()
     assert {"headgate.api.explain", "headgate.api.status.*", "headgate.cancel.*"} <= received
     assert {"headgate.api.web.invite", "headgate.api.web.passkey"} <= received
+    assert {"headgate.api.grant.issue", "headgate.api.freeze"} <= received
     # The notifier's consumers, the outcomes one with both of its filters.
     assert {"headgate.inbox.*", "headgate.released.*", "headgate.blocked.*",
             "headgate.escalated.*"} <= received  # fmt: skip
