@@ -14,6 +14,7 @@ from enum import Enum
 
 from workflow.classify import builtins, rules, ruleset, secrets
 from workflow.classify.findings import finding
+from workflow.classify.readers import option_writes
 from workflow.classify.readonly import READ_ONLY
 from workflow.classify.shellstate import (
     DECODE,
@@ -147,6 +148,9 @@ def _analyse(words: list[Word], st: ShellState, stdin_text: str | None) -> froze
     if name is None:
         return _local_program(head.value, words, st)
     args = words[1:]
+    if ruleset.informational(name, args):  # help, version, dry run (ruleset.py)
+        base_class(Base.READ, words, st, [])
+        return frozenset()
     wrapped = _WRAPPERS.get(name)
     if wrapped is not None:
         return wrapped(name, args, st, stdin_text)
@@ -300,7 +304,7 @@ def _interpreter(
         st.add(rules.inline_code(name, code))
         return frozenset(), False
     if name not in SHELLS and args and args[0].value == "-m" and len(args) > 1:
-        return ruleset.python_module(args[1].text, args[2:], st), False
+        return ruleset.python_module(args[1].text, args[2:], st)
     positional = [a for a in args if not a.text.startswith("-") or a.text == "-"]
     if positional and positional[0].text not in ("-", "/dev/stdin"):
         _script(name, positional[0].text, st)
@@ -459,6 +463,18 @@ def _command(name: str, args: list[Word], st: ShellState, stdin_text: str | None
     return _bare(name, args, st)
 
 
+def _tracer(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
+    """strace/ltrace run the command they trace; `-o FILE` writes the trace (readers.py)."""
+    out = _flag_value(args, ("-o", "--output"))
+    if out is not None:
+        st.add(
+            option_writes(f"{name} {shown(args)}", name, f"-o {out.text}"),
+            *check_path(out.approx, st.cwd, st.rules, Access.WRITE, f"`{name}`"),
+        )
+    opts = frozenset({"-o", "-e", "-p", "-s", "-E", "-u", "-P", "-a", "-b", "-I", "-X", "-O"})
+    return _plain(opts)(name, args, st, stdin_text)
+
+
 _WRAPPERS: dict[str, rules.Wrapper] = {
     "env": _env,
     "nohup": _plain(frozenset()),
@@ -472,8 +488,8 @@ _WRAPPERS: dict[str, rules.Wrapper] = {
     "exec": _plain(frozenset({"-a"})),
     "unbuffer": _plain(frozenset()),
     "caffeinate": _plain(frozenset({"-t", "-w"})),
-    "strace": _plain(frozenset({"-o", "-e", "-p", "-s"})),
-    "ltrace": _plain(frozenset({"-o", "-e", "-p", "-s"})),
+    "strace": _tracer,
+    "ltrace": _tracer,
     "flock": _plain(frozenset({"-w", "-E", "--timeout"}), positional=1),
     "timeout": _timeout,
     "gtimeout": _timeout,
