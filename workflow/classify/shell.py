@@ -569,7 +569,7 @@ def _text_ok(source: str, label: str, state: ShellState) -> bool:
     if scanner_hazard(source):
         state.add(
             _parse_failure(
-                f"{label} puts a non-ASCII character right after `{{`, `$`, `?` or an option "
+                f"{label} puts a character beyond Latin-1 right after `{{`, `$`, `?` or an option "
                 "dash, where the shell parser cannot read it safely; it fails closed "
                 "(critical)."
             )
