@@ -405,7 +405,7 @@ class Collector:
             raise Unprocessable(f"invalid cancel: {exc.errors()[0]['msg']}") from exc
         agent = ctx.subjects.token_after(msg.subject, "cancel")
         now = ctx.now()
-        loaded = await ctx.store.requests.load(request.proposal_id)
+        loaded = await ctx.store.requests.load_for_proposal(request.proposal_id)
         if loaded is None or agent != request.agent:
             why = (
                 f"agent {agent} sent a cancel naming agent {request.agent}"
