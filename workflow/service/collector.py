@@ -49,7 +49,7 @@ from workflow.policy.engine import recheck
 from workflow.policy.model import Policy
 from workflow.routing import SERVICE_ACTOR, closing_effects, reopened_audit
 from workflow.service.context import ServiceContext
-from workflow.service.publishing import Sent, send_events
+from workflow.service.publishing import Sent, send_events, to_resend
 from workflow.service.pull import attempts
 from workflow.service.stage import Settle, Unprocessable
 from workflow.service.tracing import span_headers
@@ -190,7 +190,8 @@ class Collector:
             # confirmed. Never the confirmed ones: a replayed copy that happens to be
             # redelivered must not hand subscribers a second release. The same decision
             # arriving as a new message is a replay, refused below.
-            return await ctx.store.outbox.unconfirmed_for([held.proposal_id])
+            unconfirmed = await ctx.store.outbox.unconfirmed_for([held.proposal_id])
+            return await to_resend(ctx.js, unconfirmed, now)
         used: tuple[str, int] | None = None
         if decision.passkey is not None:
             check, used = await self._passkey_check(raw, decision, seen)
