@@ -273,10 +273,17 @@ class Invalid(Unprocessable):
     answered with a `blocked` event (`invalid`) when the proposal id can be read."""
 
 
+#: The most of a validation error an `invalid` answer quotes (a field name can be as long as
+#: the payload): the answer stays small whatever the input was.
+REASON_LIMIT = 2000
+
+
 def _sentence(error: str) -> str:
-    """The validation error as the reason an agent reads: a sentence."""
+    """The validation error as the reason an agent reads: a sentence, bounded."""
     text = error[:1].upper() + error[1:]
-    return text if text.endswith(".") else f"{text}."
+    if len(text) > REASON_LIMIT:
+        text = text[: REASON_LIMIT - 1] + "…"
+    return text if text.endswith((".", "…")) else f"{text}."
 
 
 def _key(msg: Msg) -> str:
