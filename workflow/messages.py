@@ -22,6 +22,7 @@ from pydantic import (
     ValidationError,
 )
 
+from workflow.canonical import signed_form
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 from workflow.outcomes import BlockedOutcome
 
@@ -94,6 +95,16 @@ class ToolDefinition(Wire):
 class ProposalContext(Wire):
     cwd: Annotated[str, Field(max_length=4096)] | None = None
     shell: Annotated[str, Field(max_length=SHORT)] | None = None
+    client: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The agent client that made the call (claude-code, codex, gemini, cursor).",
+    )
+    session_id: str | None = Field(
+        default=None,
+        max_length=200,
+        description="The client's session, so approvers can group the calls of one session.",
+    )
 
 
 class Proposal(Wire):
@@ -203,10 +214,19 @@ class DecisionVerdict(StrEnum):
     REJECT = "reject"
 
 
+#: The canonical form a signed message was signed over (see `workflow.canonical`).
+SignatureScheme = Literal["rfc8785"]
+SCHEME_FIELD: Any = Field(
+    default=None,
+    description="'rfc8785': signed over the RFC 8785 (JCS) form of every field but the "
+    "signatures. Absent: the legacy canonical JSON, accepted by Headgate 0.1.x only.",
+)
+
+
 class PasskeyAssertion(Wire):
     """A passkey's signature over a decision: what `navigator.credentials.get` returned.
 
-    The WebAuthn challenge is the decision itself (the UTF-8 bytes of its canonical JSON, see
+    The WebAuthn challenge is the decision itself (the UTF-8 bytes of its RFC 8785 form, see
     `ApprovalDecision.signing_payload`), so the assertion signs the decision as an nkeys
     signature does. Every field is base64url without padding, as browsers encode them.
     """
@@ -221,9 +241,11 @@ class PasskeyAssertion(Wire):
 class ApprovalDecision(Wire):
     """One approver's answer to one approval request, published on headgate.decisions.<id>.
 
-    Signed either with the approver's nkey (`key` + `signature`: Ed25519 over the canonical
-    JSON of every other field) or with a registered passkey (`passkey`: a WebAuthn assertion
-    whose challenge is the canonical JSON of every field but `signature` and `passkey`).
+    Signed either with the approver's nkey (`key` + `signature`: Ed25519 over the RFC 8785 form
+    of every other field) or with a registered passkey (`passkey`: a WebAuthn assertion whose
+    challenge is the RFC 8785 form of every field but `signature` and `passkey`). Without
+    `signature_scheme` the decision was signed over the legacy canonical JSON (see
+    `workflow.canonical`), accepted by Headgate 0.1.x only.
     """
 
     request_id: Token
@@ -234,19 +256,21 @@ class ApprovalDecision(Wire):
     reason: Annotated[str, Field(max_length=REASON)] = ""
     nonce: Annotated[str, Field(min_length=8, max_length=100)]
     issued_at: AwareDatetime
+    signature_scheme: SignatureScheme | None = SCHEME_FIELD
     signature: Signature | None = None
     passkey: PasskeyAssertion | None = Field(
         default=None, description="A WebAuthn assertion over the decision (browser approvals)."
     )
 
     def signing_payload(self) -> bytes:
-        """What the approver signs: canonical JSON of every field but the signatures.
+        """What the approver signs: the canonical form (by `signature_scheme`) of every field
+        but the signatures.
 
         The service verifies over the canonical form of the JSON *as received* (see
         `workflow.signing.verify_raw`), so signers in other languages need only produce the
-        same field values, not pydantic's exact serialisation.
+        same field values and RFC 8785, not pydantic's exact serialisation.
         """
-        return canonical_json(self.model_dump(mode="json", exclude=set(UNSIGNED_FIELDS))).encode()
+        return signed_text(self.model_dump(mode="json")).encode()
 
 
 #: The fields of a decision that carry its signature and so are not part of what is signed.
@@ -254,9 +278,10 @@ UNSIGNED_FIELDS = frozenset({"signature", "passkey"})
 
 
 def signed_text(raw: dict[str, Any]) -> str:
-    """What a decision received as `raw` JSON was signed over: the canonical JSON of every
-    field but its signatures. It is also the WebAuthn challenge of a passkey-signed decision."""
-    return canonical_json({k: v for k, v in raw.items() if k not in UNSIGNED_FIELDS})
+    """What a decision received as `raw` JSON was signed over: the canonical form, by its
+    `signature_scheme` (RFC 8785, or the legacy form without one), of every field but its
+    signatures. It is also the WebAuthn challenge of a passkey-signed decision."""
+    return signed_form({k: v for k, v in raw.items() if k not in UNSIGNED_FIELDS})
 
 
 class PasskeyProof(Wire):
@@ -526,7 +551,7 @@ class ApiError(Wire):
 class WebInvite(Wire):
     """Ask for a one-time link that registers a passkey for `approver` (headgate.api.web.invite).
 
-    Signed like a decision (nkeys, over the canonical JSON of every other field) by an approver
+    Signed like a decision (nkeys, over the RFC 8785 form of every other field) by an approver
     with the `admin` role or by the invited approver's own key: a passkey becomes a way to sign
     as that person, so not anyone who can reach the API may hand one out.
     """
@@ -535,11 +560,12 @@ class WebInvite(Wire):
     ttl_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] = 1800
     nonce: Annotated[str, Field(min_length=8, max_length=100)]
     issued_at: AwareDatetime
+    signature_scheme: SignatureScheme | None = SCHEME_FIELD
     key: PublicKey | None = None
     signature: Signature | None = None
 
     def signing_payload(self) -> bytes:
-        """What the inviting approver signs: the canonical JSON of every other field."""
+        """What the inviting approver signs: the canonical form of every other field."""
         return signed_text(self.model_dump(mode="json")).encode()
 
 

@@ -21,8 +21,10 @@ from pydantic import ValidationError
 from workflow.classify.engine import classify
 from workflow.effects import AuditEntry, IntakeRecord, OutboxEvent
 from workflow.errors import describe_invalid
-from workflow.messages import Classification, Proposal
+from workflow.messages import Classification, Decision, Proposal, Verdict
 from workflow.policy.engine import evaluate
+from workflow.policy.freeze import frozen_verdict
+from workflow.policy.grants import GrantTerms, grant_release
 from workflow.routing import SERVICE_ACTOR, intake_events, invalid_answer, route
 from workflow.service.context import ServiceContext
 from workflow.service.model_check import model_check
@@ -32,6 +34,9 @@ from workflow.service.stage import Settle, Unprocessable
 from workflow.service.tracing import span_headers, trace_headers
 
 log = logging.getLogger("headgate.intake")
+
+#: A proposal of the batch with its classification, verdict and the audit entries it adds.
+Evaluated = tuple[Msg, Proposal, Classification, Verdict, list[AuditEntry]]
 STAGE = "intake"
 
 
@@ -64,12 +69,17 @@ class Intake:
         return proposal, classify(proposal, tables)
 
     def _route(
-        self, msg: Msg, proposal: Proposal, classification: Classification, now: datetime
+        self,
+        msg: Msg,
+        proposal: Proposal,
+        classification: Classification,
+        verdict: Verdict,
+        audit: list[AuditEntry],
+        now: datetime,
     ) -> IntakeRecord:
         ctx = self.ctx
         policy = ctx.policy
         definition = proposal.tool_definition
-        verdict = evaluate(proposal, classification, policy)
         trace = trace_headers(msg.headers)
         if trace:
             trace = span_headers(
@@ -78,6 +88,7 @@ class Intake:
         record = route(
             ctx.subjects, proposal, msg.data.decode(), classification, verdict, now, trace
         )
+        record.audit.extend(audit)
         if definition is not None and definition.server:
             match = policy.tool_entry(proposal.tool, definition)
             if match is not None and match.inherited:
@@ -128,9 +139,25 @@ class Intake:
                 log.exception("intake: unexpected error on %s", msg.subject)
                 await self.settle.failed(msg, f"internal error: {exc!r}")
         now = self.ctx.now()  # one batch, one moment: its rows share the timestamp
+        evaluated: list[Evaluated] = []
         for msg, proposal, classification in await self._model_checked(classified):
             try:
-                good.append((msg, self._route(msg, proposal, classification, now)))
+                verdict = evaluate(proposal, classification, self.ctx.policy)
+                evaluated.append((msg, proposal, classification, verdict, []))
+            except Exception as exc:
+                log.exception("intake: unexpected error on %s", msg.subject)
+                await self.settle.failed(msg, f"internal error: {exc!r}")
+        try:
+            evaluated = await self._controls(evaluated, now)
+        except Exception as exc:
+            # Freezes and grants unknown: nothing may be decided without them.
+            log.warning("intake: reading freezes and grants failed (%s); will retry", exc)
+            for msg, *_ in evaluated:
+                await self.settle.failed(msg, f"reading freezes and grants failed: {exc}")
+            evaluated = []
+        for msg, proposal, classification, verdict, audit in evaluated:
+            try:
+                good.append((msg, self._route(msg, proposal, classification, verdict, audit, now)))
             except Exception as exc:
                 log.exception("intake: unexpected error on %s", msg.subject)
                 await self.settle.failed(msg, f"internal error: {exc!r}")
@@ -161,6 +188,50 @@ class Intake:
                 await self.settle.failed(msg, f"answering the invalid proposal failed: {exc}")
                 return
         await self.settle.unprocessable(msg, error)
+
+    async def _controls(self, items: list[Evaluated], now: datetime) -> list[Evaluated]:
+        """The freezes and grants in force, applied to the batch's verdicts.
+
+        A freeze holds every consequential call in its scope, whatever its verdict would
+        release (`policy.freeze`); otherwise a grant may release a call held for one approval
+        (`policy.grants`), once its use is claimed in the store (atomically, across replicas).
+        Both are read from the database once per batch, so a freeze, a thaw or a revocation
+        takes effect on every replica from the next batch on.
+        """
+        ctx = self.ctx
+        policy = ctx.policy
+        store = ctx.store.grants
+        freezes = await store.freezes()
+        held = [i for i in items if i[3].decision is Decision.REQUIRE_APPROVAL]
+        grants = await store.live(now) if held and policy.grants.enabled else []
+        out: list[Evaluated] = []
+        for msg, proposal, classification, verdict, audit in items:
+            requirement = policy.class_requirements[classification.risk_class]
+            frozen = frozen_verdict(proposal, classification, verdict, freezes, requirement)
+            if frozen is not None:
+                audit.append(
+                    AuditEntry(
+                        kind="freeze.held",
+                        actor=SERVICE_ACTOR,
+                        proposal_id=proposal.id,
+                        data={"reason": frozen.reason, "decision": verdict.decision.value},
+                    )
+                )
+                out.append((msg, proposal, classification, frozen, audit))
+                continue
+            candidates = list(grants)
+            while candidates:
+                found = grant_release(proposal, classification, verdict, candidates, policy, now)
+                if found is None:
+                    break
+                if await store.claim(found.grant.grant_id, proposal.id, now):
+                    verdict = found.verdict
+                    audit.append(_grant_used(proposal, found.grant))
+                    break
+                # Used up, revoked or expired since it was read: the next one may do.
+                candidates = [g for g in candidates if g.grant_id != found.grant.grant_id]
+            out.append((msg, proposal, classification, verdict, audit))
+        return out
 
     async def _publish(
         self, good: Sequence[tuple[Msg, IntakeRecord]], events: list[OutboxEvent], now: datetime
@@ -292,3 +363,17 @@ def _key(msg: Msg) -> str:
         return f"{msg.metadata.stream}:{msg.metadata.sequence.stream}"
     except Exception:  # not a JetStream message
         return hashlib.sha256(msg.data).hexdigest()[:24]
+
+
+def _grant_used(proposal: Proposal, grant: GrantTerms) -> AuditEntry:
+    return AuditEntry(
+        kind="grant.used",
+        actor=grant.approver,
+        proposal_id=proposal.id,
+        data={
+            "grant_id": grant.grant_id,
+            "use": grant.uses + 1,
+            "max_uses": grant.max_uses,
+            "scope": grant.describe(),
+        },
+    )
