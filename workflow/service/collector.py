@@ -105,7 +105,7 @@ class Collector:
                     events = await self._with_retries(self._cancel, msg)
                 else:
                     events = await self._with_retries(self._decision, msg)
-                sent.append((msg, await send_events(self.ctx.js, events)))
+                sent.append((msg, await send_events(self.ctx.js, events, self.ctx.signer)))
             except Unprocessable as exc:
                 await self.settle.unprocessable(msg, str(exc))
             except Exception as exc:

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from workflow.classify.engine import classify
 from workflow.effects import AuditEntry, IntakeRecord, OutboxEvent
 from workflow.errors import describe_invalid
+from workflow.masking import masked_reasons
 from workflow.messages import Classification, Proposal
 from workflow.policy.engine import evaluate
 from workflow.routing import SERVICE_ACTOR, intake_events, route
@@ -110,7 +111,11 @@ class Intake:
         checked = await asyncio.gather(
             *(model_check(p, c, config, self._http) for _, p, c in items)
         )
-        return [(m, p, c) for (m, p, _), c in zip(items, checked, strict=True)]
+        # The model's own words may quote the command: masked like every other reason.
+        return [
+            (m, p, c.model_copy(update={"reasons": masked_reasons(c.reasons, p)}))
+            for (m, p, _), c in zip(items, checked, strict=True)
+        ]
 
     async def __call__(self, msgs: Sequence[Msg]) -> None:
         classified: list[tuple[Msg, Proposal, Classification]] = []
@@ -151,7 +156,7 @@ class Intake:
         redelivered. Returns whether the messages may be acked.
         """
         try:
-            await publish_events(self.ctx.js, events)
+            await publish_events(self.ctx.js, events, self.ctx.signer)
             return True
         except Exception as exc:
             error = f"publishing results failed: {exc}"

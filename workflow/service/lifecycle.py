@@ -194,9 +194,11 @@ class Service:
                 await store.close()
                 self._stop_embedded()
                 raise HeadgateError(f"cannot create the JetStream streams: {exc}") from exc
+        signer, _ = datadir.service_key(s.data_dir, s.service_seed)
         self.ctx = ctx = ServiceContext(
-            nc, js, store, self.subjects, policy, retry=RetryPolicy(base_delay=s.retry_base_delay)
-        )
+            nc, js, store, self.subjects, policy,
+            retry=RetryPolicy(base_delay=s.retry_base_delay), signer=signer,
+        )  # fmt: skip
         if s.clock is not None:
             ctx.clock = s.clock
         consumers = service_consumers(self.subjects)
@@ -332,6 +334,8 @@ class Service:
         ]  # fmt: skip
         if s.policy_path is not None:
             options += ["--policy", str(s.policy_path)]
+        if s.service_seed is not None:
+            options += ["--service-seed", str(s.service_seed)]
         if s.nats_user:
             options += ["--nats-user", s.nats_user]
         if s.nats_creds:
