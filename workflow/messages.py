@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeGuard
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from workflow.canonical import signed_form
 from workflow.classify.taxonomy import Category, RiskClass, Severity
@@ -22,6 +21,18 @@ from workflow.outcomes import BlockedOutcome
 # A NATS subject token: no dots, wildcards or whitespace, so it can be embedded in a subject.
 Token = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
 Identifier = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:@-]+$")]
+
+
+#: Bounds of received free text, in characters: every string the service receives is bounded,
+#: so what it accepts always fits its columns and the records that quote it.
+SHORT = 200
+REASON = 2000
+#: A sha256 hex digest.
+Digest = Annotated[str, Field(min_length=64, max_length=64, pattern=r"^[0-9a-f]{64}$")]
+#: A public nkey (56 characters) or a passkey reference, as a decision names its signer.
+PublicKey = Annotated[str, Field(min_length=1, max_length=64)]
+#: An Ed25519 signature, base64 (88 characters).
+Signature = Annotated[str, Field(min_length=1, max_length=200)]
 
 
 class Wire(BaseModel):
@@ -36,7 +47,7 @@ class ToolAnnotations(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    title: str | None = None
+    title: Annotated[str, Field(max_length=SHORT)] | None = None
     readOnlyHint: bool | None = None
     destructiveHint: bool | None = None
     idempotentHint: bool | None = None
@@ -46,18 +57,18 @@ class ToolAnnotations(BaseModel):
 class ToolDefinition(Wire):
     """What the tool says about itself: suggestions from its author, never trusted to lower risk."""
 
-    description: str = ""
+    description: Annotated[str, Field(max_length=65_536)] = ""
     input_schema: dict[str, Any] = Field(default_factory=dict)
     annotations: ToolAnnotations | None = None
     requires_approval: bool | None = None
-    server: str | None = Field(
+    server: Annotated[str, Field(max_length=SHORT)] | None = Field(
         default=None, description="Kind of server offering the tool (e.g. 'postgres-mcp')."
     )
 
 
 class ProposalContext(Wire):
-    cwd: str | None = None
-    shell: str | None = None
+    cwd: Annotated[str, Field(max_length=4096)] | None = None
+    shell: Annotated[str, Field(max_length=SHORT)] | None = None
 
 
 class Proposal(Wire):
@@ -70,14 +81,16 @@ class Proposal(Wire):
     tool: Annotated[str, Field(min_length=1, max_length=200)]
     arguments: dict[str, Any] = Field(default_factory=dict)
     tool_definition: ToolDefinition | None = None
-    capability: str | None = Field(
+    capability: Annotated[str, Field(max_length=64)] | None = Field(
         default=None,
         description="Declared verb (read, list, write, persist, exec, egress_fetch, "
         "egress_provider, authz). Any other value fails closed.",
     )
     context: ProposalContext | None = None
-    intent: str | None = Field(default=None, description="Shown to approvers, never trusted.")
-    created_at: datetime | None = None
+    intent: Annotated[str, Field(max_length=4000)] | None = Field(
+        default=None, description="Shown to approvers, never trusted."
+    )
+    created_at: AwareDatetime | None = None
 
     def digest(self) -> str:
         """sha256 of the canonical JSON of the proposal; decisions are bound to it."""
@@ -200,15 +213,15 @@ class ApprovalDecision(Wire):
     """
 
     request_id: Token
-    proposal_digest: str | None = None
+    proposal_digest: Digest | None = None
     verdict: DecisionVerdict
-    approver: Annotated[str, Field(min_length=1, max_length=200)]
-    key: str | None = Field(default=None, description="Approver's public nkey (U...).")
-    reason: str = ""
+    approver: Annotated[str, Field(min_length=1, max_length=128)]
+    key: PublicKey | None = Field(default=None, description="Approver's public nkey (U...).")
+    reason: Annotated[str, Field(max_length=REASON)] = ""
     nonce: Annotated[str, Field(min_length=8, max_length=100)]
-    issued_at: datetime
+    issued_at: AwareDatetime
     signature_scheme: SignatureScheme | None = SCHEME_FIELD
-    signature: str | None = None
+    signature: Signature | None = None
     passkey: PasskeyAssertion | None = Field(
         default=None, description="A WebAuthn assertion over the decision (browser approvals)."
     )
@@ -260,7 +273,7 @@ class ApprovalRecord(Wire):
     verdict: DecisionVerdict = DecisionVerdict.APPROVE
     reason: str = ""
     nonce: str
-    issued_at: datetime
+    issued_at: AwareDatetime
     signed: str = ""
     signature: str | None = None
     passkey: PasskeyProof | None = Field(
@@ -273,7 +286,7 @@ class Cancel(Wire):
 
     proposal_id: Identifier
     agent: Token
-    reason: str = ""
+    reason: Annotated[str, Field(max_length=REASON)] = ""
 
 
 # --------------------------------------------------------------------------- events
@@ -289,8 +302,8 @@ class InboxItem(Wire):
     classification: Classification
     verdict: Verdict
     requirement: ApprovalRequirement
-    created_at: datetime
-    expires_at: datetime
+    created_at: AwareDatetime
+    expires_at: AwareDatetime
 
 
 class Held(Wire):
@@ -307,8 +320,8 @@ class Held(Wire):
     classification: Classification
     verdict: Verdict
     requirement: ApprovalRequirement
-    expires_at: datetime
-    held_at: datetime
+    expires_at: AwareDatetime
+    held_at: AwareDatetime
 
 
 class Released(Wire):
@@ -325,7 +338,7 @@ class Released(Wire):
     verdict: Verdict
     approvals: list[ApprovalRecord] = Field(default_factory=list)
     proposal_digest: str
-    released_at: datetime
+    released_at: AwareDatetime
 
 
 class Blocked(Wire):
@@ -340,7 +353,7 @@ class Blocked(Wire):
     request_id: Token | None = None
     classification: Classification | None = None
     verdict: Verdict | None = None
-    blocked_at: datetime
+    blocked_at: AwareDatetime
 
 
 class Executed(Wire):
@@ -351,7 +364,7 @@ class Executed(Wire):
     agent: Token
     success: bool
     summary: str = Field(default="", max_length=4000)
-    finished_at: datetime
+    finished_at: AwareDatetime
 
 
 class Escalated(Wire):
@@ -369,7 +382,7 @@ class Escalated(Wire):
     requirement: ApprovalRequirement | None = Field(
         default=None, description="The raised requirement (raise)."
     )
-    at: datetime
+    at: AwareDatetime
 
 
 class Notified(Wire):
@@ -384,7 +397,7 @@ class Notified(Wire):
     delivered: bool
     attempts: int
     error: str = ""
-    at: datetime
+    at: AwareDatetime
 
 
 class DeadLetter(Wire):
@@ -406,7 +419,7 @@ class DeadLetter(Wire):
     payload_sha256: str = Field(default="", description="sha256 of the whole original payload.")
     truncated: bool = False
     deliveries: int = 1
-    received_at: datetime
+    received_at: AwareDatetime
 
 
 # --------------------------------------------------------------------------- request/reply API
@@ -434,8 +447,8 @@ class PendingEntry(Wire):
     requirement: ApprovalRequirement
     approvals: list[str] = Field(default_factory=list)
     proposal_digest: str
-    created_at: datetime
-    expires_at: datetime
+    created_at: AwareDatetime
+    expires_at: AwareDatetime
 
 
 class PendingReply(Wire):
@@ -449,7 +462,7 @@ class GetQuery(Wire):
 
 
 class HistoryEvent(Wire):
-    at: datetime
+    at: AwareDatetime
     kind: str
     summary: str
     data: dict[str, Any] = Field(default_factory=dict)
@@ -463,7 +476,7 @@ class ProposalHistory(Wire):
     verdict: Verdict
     request_id: str | None = None
     requirement: ApprovalRequirement | None = None
-    expires_at: datetime | None = None
+    expires_at: AwareDatetime | None = None
     approvals: list[ApprovalRecord] = Field(default_factory=list)
     events: list[HistoryEvent] = Field(default_factory=list)
 
@@ -522,10 +535,10 @@ class WebInvite(Wire):
     approver: Token
     ttl_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] = 1800
     nonce: Annotated[str, Field(min_length=8, max_length=100)]
-    issued_at: datetime
+    issued_at: AwareDatetime
     signature_scheme: SignatureScheme | None = SCHEME_FIELD
-    key: str | None = None
-    signature: str | None = None
+    key: PublicKey | None = None
+    signature: Signature | None = None
 
     def signing_payload(self) -> bytes:
         """What the inviting approver signs: the canonical form of every other field."""
@@ -538,7 +551,7 @@ class WebInviteReply(Wire):
     url: str | None = Field(
         default=None, description="The link, when the service serves the inbox."
     )
-    expires_at: datetime
+    expires_at: AwareDatetime
 
 
 class InvitationQuery(Wire):
@@ -547,7 +560,7 @@ class InvitationQuery(Wire):
 
 class InvitationReply(Wire):
     approver: str
-    expires_at: datetime
+    expires_at: AwareDatetime
     credential_ids: list[str] = Field(
         default_factory=list, description="The approver's passkeys already registered."
     )
@@ -582,6 +595,28 @@ class PasskeyInfo(Wire):
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+_TOKEN: TypeAdapter[str] = TypeAdapter(Token)
+_IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
+
+
+def is_token(value: object) -> TypeGuard[str]:
+    """Whether `value` is a valid `Token` (read out of input that failed validation)."""
+    return _conforms(_TOKEN, value)
+
+
+def is_identifier(value: object) -> TypeGuard[str]:
+    """Whether `value` is a valid `Identifier` (read out of input that failed validation)."""
+    return _conforms(_IDENTIFIER, value)
+
+
+def _conforms(adapter: TypeAdapter[str], value: object) -> bool:
+    try:
+        adapter.validate_python(value, strict=True)
+    except ValidationError:
+        return False
+    return True
 
 
 def canonical_json(value: Any) -> str:

@@ -38,7 +38,7 @@ from sqlalchemy import select
 from tests.support.natsproc import Servers, free_ports, start_cluster
 from workflow.messages import ApprovalDecision, ApprovalRecord, DecisionVerdict
 from workflow.service.embedded import EmbeddedNats
-from workflow.signing import ApproverKey, verify_record
+from workflow.signing import ApproverKey, ServiceKey, verify_record
 from workflow.store.repo import Store
 from workflow.store.tables import OUTCOMES, PROPOSALS
 from workflow.subjects import Subjects
@@ -54,6 +54,19 @@ MALFORMED = [
     b'{"id": "m-3", "agent": "impostor", "tool": "read_file"}',
     b"\xff\xfe binary",
 ]
+
+
+def _readable_ids(payloads: list[bytes]) -> set[str]:
+    """The proposal ids of the malformed inputs that carry one."""
+    ids = set()
+    for payload in payloads:
+        try:
+            body = json.loads(payload)
+        except ValueError:
+            continue
+        if isinstance(body, dict) and isinstance(body.get("id"), str):
+            ids.add(body["id"])
+    return ids
 
 
 def policy_text(bot: ApproverKey) -> str:
@@ -283,7 +296,19 @@ async def check_guarantees(
             break
         await asyncio.sleep(1.0)
     released = Counter(b["proposal_id"] for b in results if ".released." in b["_subject"])
-    blocked = Counter(b["proposal_id"] for b in results if ".blocked." in b["_subject"])
+    blocked = Counter(
+        b["proposal_id"]
+        for b in results
+        if ".blocked." in b["_subject"] and b["outcome"] != "invalid"
+    )
+    # A malformed input whose id can be read is answered (`invalid`), once per input.
+    invalid = Counter(
+        b["proposal_id"]
+        for b in results
+        if ".blocked." in b["_subject"] and b["outcome"] == "invalid"
+    )
+    assert set(invalid) == _readable_ids(MALFORMED[: load.malformed])
+    assert max(invalid.values(), default=1) == 1
     assert max(released.values()) == 1, "a proposal was released twice"
     assert max(blocked.values()) == 1
     assert not set(released) & set(blocked)
@@ -359,6 +384,8 @@ async def test_chaos_on_a_nats_cluster_with_two_replicas_on_postgresql(
     bot = ApproverKey.generate()
     policy = tmp_path / "policy.toml"
     policy.write_text(policy_text(bot))
+    seed = tmp_path / "service.seed"
+    seed.write_bytes(ServiceKey.generate().seed)
     ports = free_ports(2)
     replicas = [
         Replica(
@@ -372,6 +399,8 @@ async def test_chaos_on_a_nats_cluster_with_two_replicas_on_postgresql(
                 str(policy),
                 "--data-dir",
                 str(tmp_path / f"data-{i}"),
+                "--service-seed",  # replicas sign with one key: clients trust that one
+                str(seed),
                 "--replicas",
                 "3",
                 "--nats-user",

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated
 
 import typer
 
-from workflow.cli import bench, calls, dead, inbox, offline, policy_cmds, web
+from workflow.cli import (
+    backtest,
+    bench,
+    calls,
+    controls,
+    dead,
+    inbox,
+    offline,
+    policy_cmds,
+    web,
+)
 from workflow.cli.common import err_console
 from workflow.cli.serve import serve
 from workflow.errors import HeadgateError
@@ -25,6 +34,8 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
+        from importlib.metadata import PackageNotFoundError, version
+
         try:
             found = version("headgate")
         except PackageNotFoundError:  # run from a source tree that was never installed
@@ -57,11 +68,15 @@ app.command()(bench.bench)
 app.command()(offline.classify)
 app.command()(offline.schemas)
 app.command()(policy_cmds.explain)
+app.command()(controls.freeze)
+app.command()(controls.thaw)
+policy_cmds.policy_app.command("backtest")(backtest.backtest)
 app.add_typer(policy_cmds.policy_app, name="policy")
 app.add_typer(policy_cmds.tools_app, name="tools")
 app.add_typer(offline.keys_app, name="keys")
 app.add_typer(offline.audit_app, name="audit")
 app.add_typer(web.web_app, name="web")
+app.add_typer(controls.grants_app, name="grants")
 
 
 def main() -> None:

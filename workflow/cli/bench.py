@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -122,6 +121,8 @@ def bench(
     --rate for latency. Prints medians over --rounds and Headgate's figures as ratios to the
     relay's.
     """
+    import asyncio
+
     from workflow.bench.load import Mix
     from workflow.bench.runner import BenchConfig, run_bench
 

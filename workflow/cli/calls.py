@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import json
 import uuid
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
+from workflow.cli import controls
 from workflow.cli.common import (
     CLI_CONNECT_TIMEOUT,
     DEFAULT_DATA_DIR,
@@ -33,6 +33,8 @@ from workflow.errors import ConfigError, ConnectError, describe_invalid
 from workflow.subjects import Subjects
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from pydantic import ValidationError
     from rich.table import Table
     from rich.text import Text
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     )
     from workflow.client.errors import NotProcessed, ResultTimeout
     from workflow.client.verify import ShownRequest, check_digest
+    from workflow.controls import GrantScope
     from workflow.messages import (
         DecisionVerdict,
         GetQuery,
@@ -63,9 +66,25 @@ if TYPE_CHECKING:
     )
 
 
+def _agent_runtime() -> None:
+    """Import what `propose` uses, when it runs: the agent SDK and the wire models, not the
+    approver's side (`headgate --help` and the CLI's start load none of it; see
+    `workflow.cli.common`)."""
+    from pydantic import ValidationError  # noqa: F401
+
+    from workflow.client import transport  # noqa: F401
+    from workflow.client.agent import Headgate  # noqa: F401
+    from workflow.client.connection import Role, resolve_nats  # noqa: F401
+    from workflow.client.display import mask_text  # noqa: F401
+    from workflow.client.errors import NotProcessed, ResultTimeout  # noqa: F401
+    from workflow.messages import Proposal, Released  # noqa: F401
+
+    globals().update(locals())
+
+
 def _runtime() -> None:
-    """Import what the commands use, when one runs: `headgate --help` and the CLI's start
-    load none of it (the SDKs, NATS, pydantic's models; see `workflow.cli.common`)."""
+    """Import what the approver's commands use, when one runs."""
+    _agent_runtime()
     from pydantic import ValidationError  # noqa: F401
     from rich.table import Table  # noqa: F401
     from rich.text import Text  # noqa: F401
@@ -97,6 +116,9 @@ def _runtime() -> None:
 
     globals().update(locals())
 
+
+#: What `--grant` asked for: ttl, scope, command prefix, path glob, any agent, max uses.
+Granting = tuple["timedelta", "GrantScope | None", str | None, str | None, bool, int | None]
 
 EXIT_BLOCKED = 3
 EXIT_PENDING = 4
@@ -138,7 +160,9 @@ def propose(
     Exit codes with --wait: 0 released, 3 blocked (denied/rejected/expired/cancelled),
     4 still pending when the wait ended.
     """
-    _runtime()
+    import asyncio
+
+    _agent_runtime()
     arguments = parse_json_option(args, "--args")
     if not isinstance(arguments, dict):
         raise ConfigError('--args must be a JSON object, e.g. \'{"path": "x"}\'')
@@ -194,6 +218,8 @@ async def _propose(
 
 
 async def _follow(hg: Headgate, proposal: Proposal, wait: float, json_out: bool) -> int:
+    import asyncio
+
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     try:
@@ -253,6 +279,8 @@ def pending(
     json_out: JsonOut = False,
 ) -> None:
     """List held approval requests, oldest first."""
+    import asyncio
+
     _runtime()
 
     async def run() -> PendingReply:
@@ -283,9 +311,13 @@ def _decide(
     data_dir: Path,
     prefix: str,
     json_out: bool,
+    granting: Granting | None = None,
 ) -> None:
+    import asyncio
+
     signer = load_key(key, data_dir)
     subjects = Subjects(prefix)
+    granted: list[str] = []
 
     async def run() -> tuple[bool, str, str]:
         async with connected(nats_url, data_dir) as nc:
@@ -309,13 +341,18 @@ def _decide(
                     what,
                 )
             message = f"{result.message} Request {history.request_id} is now {result.status}."
+            if result.accepted and granting is not None:
+                made = await controls.grant_from(client, history, *granting, reason=reason)
+                granted.append(controls.describe_grant(made))
             return result.accepted, mask_text(message), what
 
     ok, message, what = asyncio.run(run())
     if json_out:
-        print_json({"accepted": ok, "message": message, "request": what})
+        print_json({"accepted": ok, "message": message, "request": what, "grant": granted})
     else:
         console.print(("[green]accepted:[/] " if ok else "[red]refused:[/] ") + escape(message))
+        for line in granted:
+            console.print(f"[green]granted:[/] {escape(line)}")
     if not ok:
         raise typer.Exit(1)
 
@@ -333,20 +370,76 @@ def _what(h: ProposalHistory) -> str:
 
 
 def approve(
-    ident: Annotated[str, typer.Argument(metavar="ID", help="Request id or proposal id.")],
+    ident: Annotated[
+        str | None, typer.Argument(metavar="ID", help="Request id or proposal id.")
+    ] = None,
     reason: Annotated[str, typer.Option("--reason")] = "",
     key: KeyOpt = None,
     approver: Annotated[str | None, typer.Option("--approver", help="Display name.")] = None,
+    grant: Annotated[
+        str | None,
+        typer.Option(
+            "--grant",
+            help="Also allow calls like this one for this long (30m, 1h; at most the policy's "
+            "[grants] max_ttl). Never for a denied, destructive or critical call, or one that "
+            "needs more than one approval.",
+        ),
+    ] = None,
+    scope: controls.ScopeOpt = None,
+    command_prefix: Annotated[
+        str | None,
+        typer.Option("--prefix", help="Command-prefix grant: the words a command starts with."),
+    ] = None,
+    path_glob: Annotated[
+        str | None, typer.Option("--path-glob", help="Path grant: the glob paths must match.")
+    ] = None,
+    any_agent: Annotated[
+        bool, typer.Option("--any-agent", help="The grant covers every agent, not just this one.")
+    ] = False,
+    max_uses: Annotated[
+        int | None, typer.Option("--max-uses", min=1, help="The grant releases at most N calls.")
+    ] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="Approve every pending request the filters match.")
+    ] = False,
+    agent: Annotated[str | None, typer.Option("--agent", help="With --all: this agent.")] = None,
+    tool: Annotated[str | None, typer.Option("--tool", help="With --all: this tool.")] = None,
+    workspace: Annotated[
+        str | None, typer.Option("--workspace", help="With --all: this workspace.")
+    ] = None,
+    risk: Annotated[str | None, typer.Option("--risk", help="With --all: this risk class.")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="With --all: do not ask.")] = False,
     nats_url: NatsUrl = None,
     data_dir: DataDir = DEFAULT_DATA_DIR,
     prefix: Prefix = "headgate",
     json_out: JsonOut = False,
 ) -> None:
-    """Approve a held request, signed with your approver key."""
+    """Approve a held request, signed with your approver key.
+
+    `--grant 1h` also allows calls like it for an hour; `--all` with filters approves every
+    matching pending request (one signed decision each, after confirmation).
+    """
     _runtime()
+    if every:
+        if ident is not None or grant is not None:
+            fail("--all approves the matching requests; it takes no ID and no --grant")
+        controls.approve_all(
+            reason, key, approver, agent, tool, workspace, risk, yes, nats_url, data_dir,
+            prefix, json_out,
+        )  # fmt: skip
+        return
+    if ident is None:
+        fail("name the request to approve (ID), or use --all with filters")
+    granting = None
+    if grant is not None:
+        granting = (controls.parse_ttl(grant), controls.parse_scope(scope), command_prefix,
+                    path_glob, any_agent, max_uses)  # fmt: skip
+    elif scope or command_prefix or path_glob or any_agent or max_uses:
+        fail("--scope, --prefix, --path-glob, --any-agent and --max-uses shape a --grant")
     _decide(
-        ident, DecisionVerdict.APPROVE, reason, key, approver, nats_url, data_dir, prefix, json_out
-    )
+        ident, DecisionVerdict.APPROVE, reason, key, approver, nats_url, data_dir, prefix,
+        json_out, granting,
+    )  # fmt: skip
 
 
 def reject(
@@ -376,6 +469,8 @@ def show(
     json_out: JsonOut = False,
 ) -> None:
     """Print a proposal's whole history: classification, verdict, decisions, outcome."""
+    import asyncio
+
     _runtime()
 
     async def run() -> ProposalHistory:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import deque
 from typing import TYPE_CHECKING, Annotated, Any
@@ -44,6 +43,8 @@ def dead(
     They are kept 30 days on the HEADGATE_DEAD stream. A payload longer than 32 KiB is shown
     cut; its size and sha256 identify the whole of it.
     """
+    import asyncio
+
     if stage is not None and stage not in STAGES:
         raise ConfigError(f"--stage must be one of {', '.join(STAGES)}, not {stage!r}")
     subjects = Subjects(prefix)

@@ -5,7 +5,6 @@ The view itself is `workflow.cli.inbox_view`, imported when the command runs.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import getpass
 import sys
@@ -42,6 +41,8 @@ def inbox(
     prefix: Prefix = "headgate",
 ) -> None:
     """Pending requests, newest first, secrets masked. --watch: live, with keys to decide."""
+    import asyncio
+
     from workflow.cli.inbox_view import InboxState, KeyLoader, fetch, render, watch_inbox
     from workflow.client.approver import Approver
 

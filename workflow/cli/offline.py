@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -200,6 +199,7 @@ def audit_verify(
     data_dir: DataDir = DEFAULT_DATA_DIR, database_url: DbOpt = None, json_out: JsonOut = False
 ) -> None:
     """Check the hash chain; report the first broken record. Exit 1 when broken."""
+    import asyncio
 
     from workflow.store.repo import Store
 
@@ -242,6 +242,7 @@ def audit_tail(
     json_out: JsonOut = False,
 ) -> None:
     """Show the newest audit records, readably (or as JSON Lines)."""
+    import asyncio
 
     from workflow.store.repo import Store
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -172,6 +171,8 @@ def explain(
     json_out: JsonOut = False,
 ) -> None:
     """Print the policy trail that decided a proposal: each step that applied, and why."""
+    import asyncio
+
     _runtime()
     if (ident is None) == (proposal is None):
         raise ConfigError("give either a proposal/request ID or --proposal FILE")
@@ -232,6 +233,8 @@ def tools_offered(
 ) -> None:
     """Which tools an agent should be offered: allowed and approvable ones, not denied ones.
     Every call is still decided again when it is made."""
+    import asyncio
+
     _runtime()
     try:
         raw: Any = json.loads(tools.read_text())
@@ -283,6 +286,8 @@ def tools_pin(
 
     From --tools FILE, or else from the tool definitions of proposals the service has seen.
     A tool whose definition later changes is treated as unknown until pinned again."""
+    import asyncio
+
     _runtime()
     if tools is not None:
         catalog = _catalog(tools)

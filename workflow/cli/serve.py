@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from enum import StrEnum
 from pathlib import Path
@@ -190,6 +189,8 @@ def serve(
     the data dir (`credentials/service.nk`, `agent.nk`, `approver.nk`, mode 0600); the CLI and
     the SDKs find them there.
     """
+    import asyncio
+
     setup_logging(
         log_format.value,
         log_level,

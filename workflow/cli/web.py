@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -63,6 +62,8 @@ def invite(
     """Print a one-time link that registers a passkey for approver NAME on the device that
     opens it. Signed with your approver key: an admin may invite anyone, an approver only
     themselves."""
+    import asyncio
+
     # Imported when the command runs: `headgate --help` loads neither NATS nor the models.
     from workflow.client import transport
     from workflow.messages import WebInvite, WebInviteReply

@@ -18,7 +18,6 @@ reconnects afterwards (``max_reconnect_attempts``, -1 = for ever), logging one l
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -31,8 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from workflow.errors import ConfigError, ConnectError
 
-if TYPE_CHECKING:  # nats-py is imported by `connect`: finding NATS (the data dir, the
-    # credentials) is what a hook or `headgate --help` needs, not the client library
+if TYPE_CHECKING:  # nats-py and asyncio are imported by `connect`: finding NATS (the data
+    # dir, the credentials) is what a hook or `headgate --help` needs, not the client library
+    import asyncio
+
     from nats.aio.client import Client as NATS
 
 log = logging.getLogger("headgate.client.connection")
@@ -273,6 +274,8 @@ async def connect(
     so a client survives a restart of the server. `options` go to nats-py's `connect` and win
     over these defaults; its `error_cb`, `disconnected_cb` and `reconnected_cb` are still called.
     """
+    import asyncio
+
     if isinstance(target, str):
         target = NatsTarget(url=target)
     if connect_timeout <= 0:

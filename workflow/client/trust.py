@@ -137,6 +137,13 @@ class ServiceTrust:
 
 
 _TRUST: weakref.WeakKeyDictionary[NATS, dict[str, ServiceTrust]] = weakref.WeakKeyDictionary()
+#: The data dir a connection was found through (the CLI's `--data-dir`): its `service.pub`.
+_DATA_DIRS: weakref.WeakKeyDictionary[NATS, Path] = weakref.WeakKeyDictionary()
+
+
+def use_data_dir(nc: NATS, data_dir: Path) -> None:
+    """Look for the service's key in `data_dir` for the trust made on `nc` from now on."""
+    _DATA_DIRS[nc] = data_dir
 
 
 def trust_for(
@@ -146,6 +153,8 @@ def trust_for(
     the environment or the data dir (`pinned_key`), else learnt from the service."""
     per_prefix = _TRUST.setdefault(nc, {})
     found = per_prefix.get(prefix)
+    if data_dir is None:
+        data_dir = _DATA_DIRS.get(nc)
     if found is None or (key is not None and found.known != key):
         found = per_prefix[prefix] = ServiceTrust(nc, prefix, pinned_key(key, data_dir=data_dir))
     return found
