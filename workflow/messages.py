@@ -545,6 +545,18 @@ class ApiError(Wire):
     error: str
 
 
+class ServiceKeyQuery(Wire):
+    """Ask for the key the service signs its events and answers with (headgate.api.key)."""
+
+
+class ServiceKeyReply(Wire):
+    public_key: str = Field(
+        description="The service's public nkey (N…). Every inbox item, result event and API "
+        "answer carries its Ed25519 signature over `headgate-event-v1\\n<subject>\\n<payload>` "
+        "in the Headgate-Signature header (base64url)."
+    )
+
+
 # --------------------------------------------------------------------------- web inbox API
 
 
@@ -689,6 +701,8 @@ WIRE_MODELS: dict[str, type[BaseModel]] = {
     "api_offered_query": OfferedQuery,
     "api_offered_reply": OfferedReply,
     "api_error": ApiError,
+    "api_key_query": ServiceKeyQuery,
+    "api_key_reply": ServiceKeyReply,
     "api_web_invite": WebInvite,
     "api_web_invite_reply": WebInviteReply,
     "api_web_invitation_query": InvitationQuery,

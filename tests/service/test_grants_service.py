@@ -23,7 +23,7 @@ from tests.service.helpers import (
 from workflow.client.approver import Approver
 from workflow.client.transport import ApiRefused
 from workflow.messages import InboxItem
-from workflow.signing import ApproverKey
+from workflow.signing import ApproverKey, ServiceKey
 
 KEYS = {name: ApproverKey.generate() for name in ("alice", "carol", "mallory")}
 POLICY = f"""
@@ -47,9 +47,11 @@ agents = ["agent-1"]
 async def replicas(
     nats_url: str, tmp_path: Path, database_url: str | None, count: int = 1
 ) -> AsyncIterator[list[Harness]]:
-    """`count` service replicas sharing one prefix and one database."""
+    """`count` service replicas sharing one prefix, one database and one service key."""
     policy = tmp_path / "policy.toml"
     policy.write_text(POLICY)
+    seed = tmp_path / "service.seed"
+    seed.write_bytes(ServiceKey.generate().seed)
     prefix = unique_prefix()
     async with AsyncExitStack() as stack:
         found = [
@@ -60,6 +62,7 @@ async def replicas(
                     prefix=prefix,
                     policy_path=policy,
                     database_url=database_url,
+                    service_seed=seed,
                 )
             )
             for i in range(count)

@@ -217,10 +217,10 @@ class Collector:
             if not ok:
                 if planned.replayed is not None:
                     await planned.replayed()
-                return msg, await send_events(self.ctx.js, [])
+                return msg, await send_events(self.ctx.js, [], self.ctx.signer)
             if planned.committed is not None:
                 await planned.committed()
-            return msg, await send_events(self.ctx.js, planned.to_publish())
+            return msg, await send_events(self.ctx.js, planned.to_publish(), self.ctx.signer)
         except Exception as exc:
             await self._failed(msg, str(exc))
             return None

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from workflow.classify.engine import classify
 from workflow.effects import AuditEntry, IntakeRecord, OutboxEvent
 from workflow.errors import describe_invalid
+from workflow.masking import masked_reasons
 from workflow.messages import Classification, Decision, Proposal, Verdict
 from workflow.policy.engine import evaluate
 from workflow.policy.freeze import frozen_verdict
@@ -123,7 +124,11 @@ class Intake:
         checked = await asyncio.gather(
             *(model_check(p, c, config, self._http) for _, p, c in items)
         )
-        return [(m, p, c) for (m, p, _), c in zip(items, checked, strict=True)]
+        # The model's own words may quote the command: masked like every other reason.
+        return [
+            (m, p, c.model_copy(update={"reasons": masked_reasons(c.reasons, p)}))
+            for (m, p, _), c in zip(items, checked, strict=True)
+        ]
 
     async def __call__(self, msgs: Sequence[Msg]) -> None:
         classified: list[tuple[Msg, Proposal, Classification]] = []
@@ -183,7 +188,7 @@ class Intake:
         )
         if answer is not None:
             try:
-                await publish_events(self.ctx.js, [answer])
+                await publish_events(self.ctx.js, [answer], self.ctx.signer)
             except Exception as exc:
                 await self.settle.failed(msg, f"answering the invalid proposal failed: {exc}")
                 return
@@ -245,7 +250,7 @@ class Intake:
         redelivered. Returns whether the messages may be acked.
         """
         try:
-            await publish_events(self.ctx.js, events)
+            await publish_events(self.ctx.js, events, self.ctx.signer)
             return True
         except Exception as exc:
             error = f"publishing results failed: {exc}"

@@ -21,6 +21,7 @@ from workflow.effects import OutboxEvent
 from workflow.messages import DeadLetter
 from workflow.service.pull import attempts
 from workflow.service.streams import DUPLICATE_WINDOW
+from workflow.signing import ServiceKey
 from workflow.subjects import Subjects
 
 log = logging.getLogger("headgate.stage")
@@ -42,16 +43,24 @@ class Sent:
         return self.ids
 
 
-async def send_events(js: JetStreamContext, events: Iterable[OutboxEvent]) -> Sent:
-    """Publish pipelined with `Nats-Msg-Id`, without waiting for the PubAcks."""
+async def send_events(
+    js: JetStreamContext, events: Iterable[OutboxEvent], signer: ServiceKey
+) -> Sent:
+    """Publish pipelined with `Nats-Msg-Id`, without waiting for the PubAcks.
+
+    Every event carries the service's signature over its subject and payload
+    (`ServiceKey.headers`): clients trust an inbox item or a release only when it verifies
+    against the service's public key, so no other NATS client can pass one off as the service's.
+    """
     sent = Sent([], [])
     for event in events:
-        headers = (
-            {**event.headers, "Nats-Msg-Id": event.msg_id}
-            if event.headers
-            else {"Nats-Msg-Id": event.msg_id}
-        )
-        fut = await js.publish_async(event.subject, event.payload.encode(), headers=headers)
+        payload = event.payload.encode()
+        headers = {
+            **(event.headers or {}),
+            **signer.headers(event.subject, payload),
+            "Nats-Msg-Id": event.msg_id,
+        }
+        fut = await js.publish_async(event.subject, payload, headers=headers)
         sent.futures.append(fut)
         sent.ids.append(event.msg_id)
     return sent
@@ -106,9 +115,11 @@ async def stored_msg_ids(js: JetStreamContext, subject: str, since: datetime) ->
             await sub.unsubscribe()
 
 
-async def publish_events(js: JetStreamContext, events: Iterable[OutboxEvent]) -> list[str]:
-    """Publish pipelined with `Nats-Msg-Id`; wait for every PubAck. Returns the msg ids."""
-    return await (await send_events(js, events)).confirmed()
+async def publish_events(
+    js: JetStreamContext, events: Iterable[OutboxEvent], signer: ServiceKey
+) -> list[str]:
+    """Publish pipelined with `Nats-Msg-Id`, signed; wait for every PubAck. Returns the ids."""
+    return await (await send_events(js, events, signer)).confirmed()
 
 
 #: The most of a dead message's payload (bytes) a dead letter keeps, and of its error
