@@ -417,6 +417,35 @@ class Approver:
             )  # fmt: skip
         return found
 
+    async def approve_all(
+        self, requests: Sequence[Decidable], reason: str = "", *, wait: bool = True,
+        timeout: float = 10.0,
+    ) -> list[DecisionResult]:  # fmt: skip
+        """Approve a batch: one signed decision per request, each over the digest of the
+        proposal it shows. Every digest is checked first; one that does not match raises
+        `DigestMismatch` and nothing at all is signed (a tampered list approves none)."""
+        self._signer()
+        for request in requests:
+            check_digest(request.request_id, request.proposal, request.proposal_digest)
+        sent = [
+            await self.decide(request, DecisionVerdict.APPROVE, reason, wait=False)
+            for request in requests
+        ]
+        if not wait:
+            return sent
+        results = []
+        for request, first in zip(requests, sent, strict=True):
+            nonce = first.nonce
+
+            async def verdict_of(request_id: str = request.request_id,
+                                 nonce: str = nonce) -> DecisionResult | None:  # fmt: skip
+                h = await transport.history(self.nc, self.subjects, request_id)
+                return _result_for(h, nonce) if h is not None else None
+
+            found = await transport.poll(verdict_of, timeout=timeout, first=0.02)
+            results.append(found or first)
+        return results
+
     # ------------------------------------------------------------------ controls
 
     def _signer(self) -> ApproverKey:
