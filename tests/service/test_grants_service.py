@@ -26,8 +26,8 @@ from workflow.cli import app
 from workflow.client.approver import Approver
 from workflow.client.transport import ApiRefused
 from workflow.client.verify import DigestMismatch
-from workflow.messages import InboxItem
-from workflow.signing import ApproverKey
+from workflow.messages import ApprovalRecord, InboxItem
+from workflow.signing import ApproverKey, verify_record
 
 KEYS = {name: ApproverKey.generate() for name in ("alice", "carol", "mallory")}
 POLICY = f"""
@@ -323,3 +323,41 @@ async def test_the_cli_grants_lists_approves_in_batch_and_freezes(
         assert "Thawed 1" in out.output
         out = await cli("grants", "revoke", grant["grant_id"], *signed_as)
         assert out.exit_code == 0, out.output
+
+        pid = await propose(h.nc, h.subjects, tool="run_shell", arguments={"command": "make z"})
+        (raw,) = await h.observer.wait_for("inbox", pid)
+        out = await cli("approve", raw["request_id"], "--edit", '{"command": "make z-dry"}',
+                        *signed_as)  # fmt: skip
+        assert out.exit_code == 0, out.output
+        (released,) = await h.observer.wait_for("released", pid)
+        assert released["arguments"] == {"command": "make z-dry"}
+        assert (await cli("approve", raw["request_id"], "--edit", "[1]")).exit_code == 2
+
+
+async def test_an_edited_call_is_evaluated_released_with_its_arguments_and_audited_twice(
+    nats_url: str, tmp_path: Path, database_url: str
+) -> None:
+    async with replicas(nats_url, tmp_path, database_url) as (h,):
+        pid = await propose(h.nc, h.subjects, tool="run_shell",
+                            arguments={"command": "make deploy-all"})  # fmt: skip
+        (raw,) = await h.observer.wait_for("inbox", pid)
+        item = InboxItem.model_validate({k: v for k, v in raw.items() if k != "_subject"})
+
+        denied = await approver(h).approve_edited(item, {"command": "rm -rf /"})
+        assert denied.accepted is False
+        assert "denies the edited call" in denied.message
+        assert (await h.service_history(pid))["status"] == "pending"
+
+        result = await approver(h).approve_edited(item, {"command": "make deploy-staging"})
+        assert result.accepted, result.message
+        (released,) = await h.observer.wait_for("released", pid)
+        assert released["arguments"] == {"command": "make deploy-staging"}
+        assert released["edited_from"] == item.proposal_digest
+        edited = item.proposal.model_copy(update={"arguments": released["arguments"]})
+        assert released["proposal_digest"] == edited.digest() != item.proposal_digest
+        (record,) = [ApprovalRecord.model_validate(a) for a in released["approvals"]]
+        assert verify_record(record)
+        assert json.loads(record.signed)["proposal_digest"] == released["proposal_digest"]
+        assert "decision.edited" in await h.audit_kinds()
+        history = await h.service_history(pid)
+        assert history["proposal"]["arguments"] == {"command": "make deploy-all"}  # as proposed
