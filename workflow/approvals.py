@@ -387,10 +387,24 @@ class Close:
 @dataclass(frozen=True, slots=True)
 class Reopen:
     """The policy now asks for more than the approvals given: the request stays pending under
-    the raised requirement."""
+    the raised requirement, until `expires_at` (its TTL counted from when the call was held,
+    never later than the expiry it had)."""
 
     requirement: ApprovalRequirement
     reason: str
+    expires_at: datetime
+
+
+def held_at(req: HeldRequest) -> datetime:
+    """When the request was made: its expiry is always that moment plus its requirement's TTL."""
+    return req.expires_at - timedelta(seconds=req.requirement.ttl_seconds)
+
+
+def reopen(req: HeldRequest, requirement: ApprovalRequirement, reason: str) -> Reopen:
+    """Keep `req` pending under `requirement`: a shorter TTL brings the expiry forward (the
+    request has been waiting since it was held), a longer one never postpones it."""
+    due = held_at(req) + timedelta(seconds=requirement.ttl_seconds)
+    return Reopen(requirement, reason, min(req.expires_at, due))
 
 
 def settle(step: Step, recheck: Verdict | None, approvers: ApproverDirectory) -> Close | Reopen:
@@ -414,5 +428,5 @@ def settle(step: Step, recheck: Verdict | None, approvers: ApproverDirectory) ->
     if recheck.requirement is not None and not satisfies(
         step.request, recheck.requirement, approvers
     ):
-        return Reopen(recheck.requirement, recheck.reason)
+        return reopen(step.request, recheck.requirement, recheck.reason)
     return Close(Outcome.RELEASED, step.message)

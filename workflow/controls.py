@@ -12,9 +12,18 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, Field
 
-from workflow.messages import Identifier, Token, Wire, signed_text
+from workflow.messages import (
+    SCHEME_FIELD,
+    Identifier,
+    PublicKey,
+    Signature,
+    SignatureScheme,
+    Token,
+    Wire,
+    signed_text,
+)
 
 Nonce = Annotated[str, Field(min_length=8, max_length=100)]
 
@@ -48,14 +57,15 @@ class GrantIssue(Wire):
     path_glob: Annotated[str, Field(min_length=1, max_length=1000)] | None = Field(
         default=None, description="path: the glob every path argument must match."
     )
-    expires_at: datetime
+    expires_at: AwareDatetime
     max_uses: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     approver: Annotated[str, Field(min_length=1, max_length=200)]
     reason: Annotated[str, Field(max_length=2000)] = ""
     nonce: Nonce
-    issued_at: datetime
-    key: str | None = None
-    signature: str | None = None
+    issued_at: AwareDatetime
+    signature_scheme: SignatureScheme | None = SCHEME_FIELD
+    key: PublicKey | None = None
+    signature: Signature | None = None
 
     def signing_payload(self) -> bytes:
         return signed_text(self.model_dump(mode="json")).encode()
@@ -102,9 +112,10 @@ class GrantRevoke(Wire):
     approver: Annotated[str, Field(min_length=1, max_length=200)]
     reason: Annotated[str, Field(max_length=2000)] = ""
     nonce: Nonce
-    issued_at: datetime
-    key: str | None = None
-    signature: str | None = None
+    issued_at: AwareDatetime
+    signature_scheme: SignatureScheme | None = SCHEME_FIELD
+    key: PublicKey | None = None
+    signature: Signature | None = None
 
     def signing_payload(self) -> bytes:
         return signed_text(self.model_dump(mode="json")).encode()
@@ -125,9 +136,10 @@ class FreezeOrder(Wire):
     reason: Annotated[str, Field(max_length=2000)] = ""
     approver: Annotated[str, Field(min_length=1, max_length=200)]
     nonce: Nonce
-    issued_at: datetime
-    key: str | None = None
-    signature: str | None = None
+    issued_at: AwareDatetime
+    signature_scheme: SignatureScheme | None = SCHEME_FIELD
+    key: PublicKey | None = None
+    signature: Signature | None = None
 
     def signing_payload(self) -> bytes:
         return signed_text(self.model_dump(mode="json")).encode()
