@@ -13,7 +13,16 @@ from typing import Annotated
 
 from pydantic import AwareDatetime, BaseModel, Field
 
-from workflow.messages import Identifier, PublicKey, Signature, Token, Wire, signed_text
+from workflow.messages import (
+    SCHEME_FIELD,
+    Identifier,
+    PublicKey,
+    Signature,
+    SignatureScheme,
+    Token,
+    Wire,
+    signed_text,
+)
 
 Nonce = Annotated[str, Field(min_length=8, max_length=100)]
 
@@ -56,6 +65,7 @@ class GrantIssue(Wire):
     reason: Annotated[str, Field(max_length=2000)] = ""
     nonce: Nonce
     issued_at: AwareDatetime
+    signature_scheme: SignatureScheme | None = SCHEME_FIELD
     key: PublicKey | None = None
     signature: Signature | None = None
 
@@ -105,6 +115,7 @@ class GrantRevoke(Wire):
     reason: Annotated[str, Field(max_length=2000)] = ""
     nonce: Nonce
     issued_at: AwareDatetime
+    signature_scheme: SignatureScheme | None = SCHEME_FIELD
     key: PublicKey | None = None
     signature: Signature | None = None
 
@@ -128,6 +139,7 @@ class FreezeOrder(Wire):
     approver: Annotated[str, Field(min_length=1, max_length=200)]
     nonce: Nonce
     issued_at: AwareDatetime
+    signature_scheme: SignatureScheme | None = SCHEME_FIELD
     key: PublicKey | None = None
     signature: Signature | None = None
 

@@ -261,6 +261,12 @@ class ApprovalDecision(Wire):
     passkey: PasskeyAssertion | None = Field(
         default=None, description="A WebAuthn assertion over the decision (browser approvals)."
     )
+    edited_arguments: dict[str, Any] | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="An approval of the call with these arguments instead (edit before "
+        "approve): `proposal_digest` is then the digest of the edited proposal.",
+    )
 
     def signing_payload(self) -> bytes:
         """What the approver signs: the canonical form (by `signature_scheme`) of every field
@@ -375,6 +381,13 @@ class Released(Wire):
     approvals: list[ApprovalRecord] = Field(default_factory=list)
     proposal_digest: str
     released_at: AwareDatetime
+    edited_from: str | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="Set when an approver edited the call before approving it: the digest of "
+        "the proposal as the agent sent it (`arguments` and `proposal_digest` are the edited "
+        "call's).",
+    )
 
 
 class Blocked(Wire):

@@ -206,9 +206,8 @@ class Intake:
         ctx = self.ctx
         policy = ctx.policy
         store = ctx.store.grants
-        freezes = await store.freezes()
-        held = [i for i in items if i[3].decision is Decision.REQUIRE_APPROVAL]
-        grants = await store.live(now) if held and policy.grants.enabled else []
+        held = any(i[3].decision is Decision.REQUIRE_APPROVAL for i in items)
+        freezes, grants = await store.in_force(now, grants=held and policy.grants.enabled)
         out: list[Evaluated] = []
         for msg, proposal, classification, verdict, audit in items:
             requirement = policy.class_requirements[classification.risk_class]
