@@ -16,7 +16,6 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from workflow.adapters.calls import (
     NEUTRAL,
@@ -29,6 +28,7 @@ from workflow.adapters.calls import (
     proposal_base,
     proposal_id,
 )
+from workflow.adapters.options import GateOptions
 from workflow.client import transport
 from workflow.client.agent import Headgate, Ticket
 from workflow.client.connection import Role, resolve_nats
@@ -40,18 +40,6 @@ from workflow.outcomes import Outcome
 from workflow.routing import release_id_for
 
 _TOKEN_BAD = re.compile(r"[^A-Za-z0-9_-]+")
-
-
-@dataclass(frozen=True)
-class GateOptions:
-    agent: str
-    workspace: str = "default"
-    #: Seconds to hold the client for a decision before answering "pending".
-    wait: float = 20.0
-    connect_timeout: float = 3.0
-    prefix: str = "headgate"
-    nats_url: str | None = None
-    data_dir: Path | None = None
 
 
 async def decide(call: HookCall, options: GateOptions) -> Answer:

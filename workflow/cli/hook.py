@@ -14,7 +14,7 @@ import typer
 from workflow.cli.common import DEFAULT_DATA_DIR, DataDir, NatsUrl, Prefix
 
 if TYPE_CHECKING:
-    from workflow.adapters.gate import GateOptions
+    from workflow.adapters.options import GateOptions
 
 CLIENT_NAMES = ("claude-code", "codex", "gemini", "cursor")
 
@@ -81,17 +81,11 @@ def hook(
     error blocks the call (exit 2, the reason on stderr) within --connect-timeout + --wait + a
     few seconds. `--print-config` prints what to paste into the client's settings.
     """
-    from workflow.adapters.calls import default_agent
-    from workflow.adapters.gate import GateOptions
+    from workflow.adapters.hook import options_for
 
-    try:
-        user = getpass.getuser()
-    except Exception:
-        user = None
-    options = GateOptions(
-        agent=agent or default_agent(client, user), workspace=workspace, wait=wait,
-        connect_timeout=connect_timeout, prefix=prefix, nats_url=nats_url,
-        data_dir=data_dir.absolute(),
+    options = options_for(
+        client, agent=agent, workspace=workspace, wait=wait, connect_timeout=connect_timeout,
+        nats_url=nats_url, data_dir=data_dir, prefix=prefix,
     )  # fmt: skip
     if print_config:
         from workflow.adapters.hook import CLIENTS
