@@ -24,7 +24,7 @@ Identifier = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za
 
 
 class Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 # --------------------------------------------------------------------------- proposals
