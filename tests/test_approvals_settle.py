@@ -8,6 +8,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from workflow.approvals import (
     Close,
@@ -163,7 +165,21 @@ HELD = Verdict(
             HELD.model_copy(
                 update={"requirement": ApprovalRequirement(quorum=2), "reason": "more"}
             ),
-            Reopen(ApprovalRequirement(quorum=2), "more"),
+            Reopen(ApprovalRequirement(quorum=2), "more", NOW + timedelta(hours=1)),
+        ),
+        (
+            closed(RequestState.APPROVED, "alice"),
+            HELD.model_copy(
+                update={
+                    "requirement": ApprovalRequirement(quorum=2, ttl_seconds=600),
+                    "reason": "more, sooner",
+                }
+            ),
+            Reopen(
+                ApprovalRequirement(quorum=2, ttl_seconds=600),
+                "more, sooner",
+                NOW + timedelta(minutes=10),
+            ),
         ),
         (
             closed(RequestState.APPROVED, "alice", "bob"),
@@ -178,6 +194,7 @@ HELD = Verdict(
         "approved-and-still-allowed",
         "approved-but-now-denied",
         "approved-but-the-requirement-rose",
+        "approved-but-the-requirement-rose-with-a-shorter-ttl",
         "approved-and-the-raised-requirement-met",
     ],
 )
@@ -193,3 +210,27 @@ def test_an_approval_is_settled_only_against_a_recheck() -> None:
     pending = Step(request=request(), accepted=True, message="noted")
     with pytest.raises(ValueError, match="closed its request"):
         settle(pending, HELD, Directory(EVERYONE))
+
+
+@given(
+    old_ttl=st.integers(min_value=1, max_value=30 * 86400),
+    new_ttl=st.integers(min_value=1, max_value=30 * 86400),
+)
+def test_a_reopened_request_expires_by_its_new_ttl_and_never_later(
+    old_ttl: int, new_ttl: int
+) -> None:
+    """Counted from when the call was held: a shorter TTL brings the expiry forward, a longer
+    one never postpones it, and the expiry stays `held at + TTL` of the requirement it keeps."""
+    held = replace(
+        request("alice"),
+        requirement=ApprovalRequirement(ttl_seconds=old_ttl),
+        expires_at=NOW + timedelta(seconds=old_ttl),
+    )
+    raised = ApprovalRequirement(quorum=2, ttl_seconds=new_ttl)
+    settled = settle(
+        Step(replace(held, state=RequestState.APPROVED), True, "ok", closed=RequestState.APPROVED),
+        HELD.model_copy(update={"requirement": raised}),
+        Directory(EVERYONE),
+    )
+    assert isinstance(settled, Reopen)
+    assert settled.expires_at == NOW + timedelta(seconds=min(old_ttl, new_ttl))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from workflow.controls import CONTROL_MODELS
 from workflow.messages import WIRE_MODELS
 from workflow.schemas import render, write_schemas
 from workflow.service.broker import build_app
@@ -21,7 +22,8 @@ def test_committed_schemas_match_the_models() -> None:
 
 def test_every_wire_model_has_a_schema_and_the_asyncapi_document_lists_every_handler() -> None:
     files = render()
-    assert set(files) == {f"{name}.json" for name in WIRE_MODELS} | {"asyncapi.json"}
+    models = WIRE_MODELS | CONTROL_MODELS
+    assert set(files) == {f"{name}.json" for name in models} | {"asyncapi.json"}
     asyncapi = json.loads(files["asyncapi.json"])
     received = {
         _wildcard(asyncapi["channels"][name]["address"])
@@ -31,6 +33,7 @@ def test_every_wire_model_has_a_schema_and_the_asyncapi_document_lists_every_han
     assert received == subscribed_subjects()
     assert {"headgate.api.explain", "headgate.api.status.*", "headgate.cancel.*"} <= received
     assert {"headgate.api.web.invite", "headgate.api.web.passkey"} <= received
+    assert {"headgate.api.grant.issue", "headgate.api.freeze"} <= received
     sent = {name for name, op in asyncapi["operations"].items() if op["action"] == "send"}
     assert sent == {"inbox", "held", "released", "blocked", "dead", "escalated", "notified"}
 

@@ -68,6 +68,7 @@ class Refusal(StrEnum):
     SELF_APPROVAL = "self_approval"
     DUPLICATE_APPROVER = "duplicate_approver"
     NOT_OWNER = "not_owner"
+    FROZEN = "frozen"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +109,22 @@ def _ineligible(
     name: str, approver: ApproverProfile, req: HeldRequest, requirement: ApprovalRequirement
 ) -> tuple[Refusal, str] | None:
     """Why `approver` may not decide on `req` under `requirement`, or None if they may."""
-    if not approver.may_approve_for(req.workspace):
+    return ineligibility(name, approver, req.workspace, req.agent, requirement)
+
+
+def ineligibility(
+    name: str,
+    approver: ApproverProfile,
+    workspace: str,
+    agent: str,
+    requirement: ApprovalRequirement,
+) -> tuple[Refusal, str] | None:
+    """Why `approver` may not decide on a call of `agent` in `workspace` under `requirement`
+    (the rule for decisions, and for the grants that stand for one), or None if they may."""
+    if not approver.may_approve_for(workspace):
         return (
             Refusal.WRONG_WORKSPACE,
-            f"Approver {name} may not approve for workspace {req.workspace}.",
+            f"Approver {name} may not approve for workspace {workspace}.",
         )
     roles = requirement.roles
     if roles and not set(roles) & set(approver.roles):
@@ -119,10 +132,10 @@ def _ineligible(
             Refusal.NO_ROLE,
             f"Approver {name} has none of the required roles ({', '.join(roles)}).",
         )
-    if name == req.agent or approver.runs_agent(req.agent):
+    if name == agent or approver.runs_agent(agent):
         return (
             Refusal.SELF_APPROVAL,
-            f"Approver {name} runs agent {req.agent} and cannot decide on its own proposal.",
+            f"Approver {name} runs agent {agent} and cannot decide on its own proposal.",
         )
     return None
 
@@ -154,8 +167,13 @@ def apply_decision(
     *,
     now: datetime,
     max_skew: timedelta = DEFAULT_MAX_SKEW,
+    frozen: str | None = None,
 ) -> Step:
-    """Apply one approver decision. Checks run in order; the first failing one refuses."""
+    """Apply one approver decision. Checks run in order; the first failing one refuses.
+
+    `frozen` says why the request is under a freeze (`workflow.policy.freeze`): an approval is
+    then refused and the request stays pending; a reject still closes it.
+    """
     by_key = bool(decision.signature and decision.key)
     if by_key == (decision.passkey is not None):
         why = "carries two signatures" if by_key else "is not signed"
@@ -205,6 +223,12 @@ def apply_decision(
     if name in req.approvers:
         return _refuse(
             req, Refusal.DUPLICATE_APPROVER, f"Approver {name} has already approved this request."
+        )
+    if frozen is not None and decision.verdict is DecisionVerdict.APPROVE:
+        return _refuse(
+            req,
+            Refusal.FROZEN,
+            f"{frozen} The request stays pending; approve it again after the thaw.",
         )
 
     record = ApprovalRecord(
@@ -310,10 +334,24 @@ class Close:
 @dataclass(frozen=True, slots=True)
 class Reopen:
     """The policy now asks for more than the approvals given: the request stays pending under
-    the raised requirement."""
+    the raised requirement, until `expires_at` (its TTL counted from when the call was held,
+    never later than the expiry it had)."""
 
     requirement: ApprovalRequirement
     reason: str
+    expires_at: datetime
+
+
+def held_at(req: HeldRequest) -> datetime:
+    """When the request was made: its expiry is always that moment plus its requirement's TTL."""
+    return req.expires_at - timedelta(seconds=req.requirement.ttl_seconds)
+
+
+def reopen(req: HeldRequest, requirement: ApprovalRequirement, reason: str) -> Reopen:
+    """Keep `req` pending under `requirement`: a shorter TTL brings the expiry forward (the
+    request has been waiting since it was held), a longer one never postpones it."""
+    due = held_at(req) + timedelta(seconds=requirement.ttl_seconds)
+    return Reopen(requirement, reason, min(req.expires_at, due))
 
 
 def settle(step: Step, recheck: Verdict | None, approvers: ApproverDirectory) -> Close | Reopen:
@@ -337,5 +375,5 @@ def settle(step: Step, recheck: Verdict | None, approvers: ApproverDirectory) ->
     if recheck.requirement is not None and not satisfies(
         step.request, recheck.requirement, approvers
     ):
-        return Reopen(recheck.requirement, recheck.reason)
+        return reopen(step.request, recheck.requirement, recheck.reason)
     return Close(Outcome.RELEASED, step.message)

@@ -168,6 +168,8 @@ class StepWrite:
     expected_version: int | None
     new_state: RequestState | None = None
     requirement: str | None = None
+    expires_at: datetime | None = None
+    """The request's new expiry (a raised requirement with a shorter TTL)."""
     decision: DecisionRecord | None = None
     outcome: OutcomeRecord | None = None
     proposal_status: tuple[str, Outcome] | None = None

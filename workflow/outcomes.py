@@ -5,10 +5,11 @@ One definition for the wire (`Blocked.outcome`), the database (`proposals.status
 
 A proposal is `pending` until its one terminal `Outcome`: `released` (the call may run) or one
 of the blocked outcomes (`denied` by policy, `rejected` by an approver, `expired`, `cancelled` by
-its agent). A held proposal's approval request moves from `pending` to one terminal
-`RequestState`, and each terminal state gives exactly one outcome (`RequestState.outcome`);
-`denied` has no request state of its own: it is decided by policy, at intake or when the call
-is re-checked at release.
+its agent, or `invalid`: the proposal could not be read as one, so it was never recorded, and
+its agent is told so with the validation error). A held proposal's approval request moves
+from `pending` to one terminal `RequestState`, and each terminal state gives exactly one
+outcome (`RequestState.outcome`); `denied` has no request state of its own: it is decided by
+policy, at intake or when the call is re-checked at release.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Outcome(StrEnum):
     REJECTED = "rejected"
     EXPIRED = "expired"
     CANCELLED = "cancelled"
+    INVALID = "invalid"
 
     @property
     def blocked(self) -> bool:
@@ -37,7 +39,7 @@ class Outcome(StrEnum):
 
 #: The outcomes of a `Blocked` event, as the wire schema spells them (a literal type, so the
 #: generated JSON Schema lists them); the same values as the blocked `Outcome`s.
-BlockedOutcome = Literal["denied", "rejected", "expired", "cancelled"]
+BlockedOutcome = Literal["denied", "rejected", "expired", "cancelled", "invalid"]
 
 if {str(o) for o in Outcome if o.blocked} != set(get_args(BlockedOutcome)):  # pragma: no cover
     raise AssertionError("BlockedOutcome must list exactly the blocked outcomes")

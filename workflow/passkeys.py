@@ -1,7 +1,7 @@
 """Passkeys (WebAuthn): registering an approver's credential and verifying decisions signed with it.
 
 A decision made in a browser is signed by the approver's passkey, not by the server: the WebAuthn
-challenge is the decision itself — the UTF-8 bytes of the canonical JSON of every field but its
+challenge is the decision itself — the UTF-8 bytes of the RFC 8785 form of every field but its
 signatures (request id, proposal digest, verdict, approver, nonce, issued-at, reason), exactly
 what an nkeys signature covers. The authenticator signs `authenticatorData || sha256(
 clientDataJSON)`, and `clientDataJSON` carries that challenge, so whoever holds the credential's
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from workflow.canonical import scheme_problem
 from workflow.messages import ApprovalRecord, PasskeyAssertion, PasskeyProof, signed_text
 
 
@@ -132,9 +133,16 @@ def verify_decision(
         return PasskeyCheck(False, "The decision carries no valid passkey assertion.")
     if assertion.credential_id != passkey.credential_id:
         return PasskeyCheck(False, "The assertion was made with another credential.")
+    problem = scheme_problem(raw)
+    if problem is not None:
+        return PasskeyCheck(False, problem)
+    try:
+        challenge = decision_challenge(raw)
+    except ValueError as exc:
+        return PasskeyCheck(False, f"The decision has no canonical form: {exc}.")
     return _verify(
         _credential_json(assertion),
-        decision_challenge(raw),
+        challenge,
         passkey,
         origins,
         sign_count=passkey.sign_count,

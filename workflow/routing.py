@@ -36,6 +36,8 @@ from workflow.messages import (
     Proposal,
     Released,
     Verdict,
+    is_identifier,
+    is_token,
 )
 from workflow.outcomes import PENDING, BlockedOutcome, Outcome, RequestState
 from workflow.subjects import Subjects
@@ -154,6 +156,43 @@ def blocked_event(
         subject=subjects.blocked(proposal.agent),
         payload=event.model_dump_json(),
         proposal_id=proposal.id,
+    )
+
+
+def invalid_answer(
+    subjects: Subjects, agent: str, data: bytes, error: str, now: datetime, msg_key: str
+) -> OutboxEvent | None:
+    """The `blocked` event (`invalid`) that answers an agent whose proposal could not be read
+    as one, when its id can be read (the agent waits on that id); None when it cannot.
+
+    `agent` is the subject's agent (the sender's identity, whatever the payload claims), and
+    `msg_key` identifies the input message: the event is deduplicated per message, never per
+    proposal id, so a malformed message cannot take the `Nats-Msg-Id` of a real proposal's
+    outcome.
+    """
+    try:
+        raw = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict):
+        return None
+    pid, workspace, tool = raw.get("id"), raw.get("workspace"), raw.get("tool")
+    if not is_identifier(pid):
+        return None
+    event = Blocked(
+        proposal_id=pid,
+        agent=agent,
+        workspace=workspace if is_token(workspace) else "default",
+        tool=tool[:200] if isinstance(tool, str) else "",
+        outcome="invalid",
+        reason=error,
+        blocked_at=now,
+    )
+    return OutboxEvent(
+        msg_id=f"invalid:{agent}:{msg_key}",
+        subject=subjects.blocked(agent),
+        payload=event.model_dump_json(),
+        proposal_id=pid,
     )
 
 
@@ -381,5 +420,9 @@ def reopened_audit(req: HeldRequest, reopen: Reopen) -> AuditEntry:
         actor=SERVICE_ACTOR,
         proposal_id=req.proposal_id,
         request_id=req.request_id,
-        data={"message": reopen.reason, "requirement": reopen.requirement.model_dump(mode="json")},
+        data={
+            "message": reopen.reason,
+            "requirement": reopen.requirement.model_dump(mode="json"),
+            "expires_at": reopen.expires_at.isoformat(),
+        },
     )

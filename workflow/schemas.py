@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from workflow import __version__
+from workflow.controls import CONTROL_MODELS
 from workflow.messages import WIRE_MODELS
 
 
 def render() -> dict[str, str]:
     """File name -> file content for every generated file."""
     files: dict[str, str] = {}
-    for name, model in WIRE_MODELS.items():
+    for name, model in (WIRE_MODELS | CONTROL_MODELS).items():
         schema = model.model_json_schema(mode="serialization")
         schema["$id"] = f"https://headgate.dev/schemas/{name}.json"
         files[f"{name}.json"] = json.dumps(schema, indent=2, sort_keys=True) + "\n"

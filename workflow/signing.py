@@ -1,8 +1,9 @@
 """Approver keys and decision signatures: Ed25519 in the NATS nkeys format.
 
 A seed (``SU…``) signs; a public user key (``U…``) verifies. Signatures are base64url over the
-decision's canonical JSON (every field but the signature), so a release can be verified offline
-by anyone holding the approvers' public keys.
+decision's RFC 8785 form (every field but the signature; `workflow.canonical` holds the scheme
+and the cut-over from the legacy form), so a release can be verified offline by anyone holding
+the approvers' public keys, and a signer in any language can produce one.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import nacl.exceptions
 import nacl.signing
 import nkeys
 
+from workflow.canonical import SIGNATURE_SCHEME, is_signed_form, scheme_problem
 from workflow.errors import ConfigError
 from workflow.messages import ApprovalDecision, ApprovalRecord, signed_text
 
@@ -63,7 +65,14 @@ class ApproverKey:
         return base64.urlsafe_b64encode(self._pair.sign(data)).decode()
 
     def sign_decision(self, decision: ApprovalDecision) -> ApprovalDecision:
-        unsigned = decision.model_copy(update={"key": self.public_key, "signature": None})
+        """The decision with this key, signed over its RFC 8785 form."""
+        unsigned = decision.model_copy(
+            update={
+                "key": self.public_key,
+                "signature": None,
+                "signature_scheme": SIGNATURE_SCHEME,
+            }
+        )
         return unsigned.model_copy(update={"signature": self.sign(unsigned.signing_payload())})
 
 
@@ -95,25 +104,41 @@ def verify(public_key: str, data: bytes, signature: str) -> bool:
     if key is None:
         return False
     try:
-        key.verify(data, base64.urlsafe_b64decode(signature.encode()))
+        # base64url with or without its padding: libraries in other languages often drop it.
+        key.verify(data, base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4)))
     except (nacl.exceptions.BadSignatureError, binascii.Error, ValueError):
         return False
     return True
 
 
-def verify_raw(raw: dict[str, Any]) -> bool:
-    """Verify a decision as received: the signature over the canonical JSON of the other fields."""
+def verify_raw(raw: dict[str, Any], *, version: str | None = None) -> bool:
+    """Verify a new decision as received: the signature over the canonical form of the other
+    fields, by its `signature_scheme`. A legacy signature is accepted only while
+    `workflow.canonical.legacy_accepted` (`version` defaults to this Headgate's)."""
     key, signature = raw.get("key"), raw.get("signature")
     if not isinstance(key, str) or not isinstance(signature, str):
         return False
     if raw.get("passkey") is not None:
         return False  # one signature per decision: an nkey's or a passkey's, not both
-    return verify(key, signed_text(raw).encode(), signature)
+    if (scheme_problem(raw) if version is None else scheme_problem(raw, version)) is not None:
+        return False
+    try:
+        text = signed_text(raw)
+    except ValueError:  # no RFC 8785 form (a number out of range): nothing was signed over it
+        return False
+    return verify(key, text.encode(), signature)
 
 
 def verify_record(record: ApprovalRecord) -> bool:
     """Verify an approval carried by a release, offline: the nkey signature, or the passkey
-    assertion, over exactly the canonical decision in `record.signed`."""
+    assertion, over exactly the canonical decision in `record.signed`.
+
+    Either canonical form verifies (RFC 8785, or the legacy form of a record accepted by
+    Headgate 0.1.x): a record is history, the cut-over applies to new decisions. `signed` must
+    be exactly the canonical form its `signature_scheme` names, so the request id and digest
+    read out of it are the ones signed."""
+    if not record.signed or not is_signed_form(record.signed):
+        return False
     if record.passkey is not None:
         if record.signature:
             return False  # one signature per decision

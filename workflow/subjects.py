@@ -15,6 +15,8 @@ _PREFIX = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 API_NAMES = ("pending", "get", "explain", "cancel", "offered")
 #: The web inbox's queries (`<prefix>.api.web.<name>`).
 WEB_API_NAMES = ("invite", "invitation", "register", "passkey")
+#: The approvers' controls (`<prefix>.api.<name>`): grants and freezes.
+CONTROL_API_NAMES = ("grant.issue", "grant.list", "grant.revoke", "freeze", "freezes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,11 @@ class Subjects:
         if name not in WEB_API_NAMES:
             raise ValueError(f"unknown web API subject {name!r}")
         return f"{self.prefix}.api.web.{name}"
+
+    def api_control(self, name: str) -> str:
+        if name not in CONTROL_API_NAMES:
+            raise ValueError(f"unknown control API subject {name!r}")
+        return f"{self.prefix}.api.{name}"
 
     def api_status(self, agent: str = "*") -> str:
         """An agent's own view of its proposals: the service answers only about proposals

@@ -56,6 +56,19 @@ MALFORMED = [
 ]
 
 
+def _readable_ids(payloads: list[bytes]) -> set[str]:
+    """The proposal ids of the malformed inputs that carry one."""
+    ids = set()
+    for payload in payloads:
+        try:
+            body = json.loads(payload)
+        except ValueError:
+            continue
+        if isinstance(body, dict) and isinstance(body.get("id"), str):
+            ids.add(body["id"])
+    return ids
+
+
 def policy_text(bot: ApproverKey) -> str:
     return f"""
 default_ttl = "1h"
@@ -283,7 +296,19 @@ async def check_guarantees(
             break
         await asyncio.sleep(1.0)
     released = Counter(b["proposal_id"] for b in results if ".released." in b["_subject"])
-    blocked = Counter(b["proposal_id"] for b in results if ".blocked." in b["_subject"])
+    blocked = Counter(
+        b["proposal_id"]
+        for b in results
+        if ".blocked." in b["_subject"] and b["outcome"] != "invalid"
+    )
+    # A malformed input whose id can be read is answered (`invalid`), once per input.
+    invalid = Counter(
+        b["proposal_id"]
+        for b in results
+        if ".blocked." in b["_subject"] and b["outcome"] == "invalid"
+    )
+    assert set(invalid) == _readable_ids(MALFORMED[: load.malformed])
+    assert max(invalid.values(), default=1) == 1
     assert max(released.values()) == 1, "a proposal was released twice"
     assert max(blocked.values()) == 1
     assert not set(released) & set(blocked)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Set as AbstractSet
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -112,8 +113,16 @@ def test_the_bookkeeping_notices_a_regression_and_a_fix(
     outcomes: list[Outcome], known: dict[str, str]
 ) -> None:
     assert compare_with_known(outcomes, known).exact
-    released = next(o for o in outcomes if o.case.kind == MUST_HOLD and o.low_read)
-    held = next(o for o in outcomes if o.case.kind == BENIGN and not o.low_read)
+    released = next((o for o in outcomes if o.case.kind == MUST_HOLD and o.low_read), None)
+    if released is None:  # no must-hold case is released today: release one, as a regression
+        first_held = next(o for o in outcomes if o.case.kind == MUST_HOLD)
+        released = replace(first_held, risk_class="read", severity="low")
+        outcomes = [released if o is first_held else o for o in outcomes]
+    held = next((o for o in outcomes if o.case.kind == BENIGN and not o.low_read), None)
+    if held is None:  # no benign case is held today: hold one, as a regression would
+        first = next(o for o in outcomes if o.case.kind == BENIGN)
+        held = replace(first, risk_class="exec", severity="high")
+        outcomes = [held if o is first else o for o in outcomes]
     right = next(o for o in outcomes if o.case.kind == MUST_HOLD and not o.low_read)
     released_benign = next(o for o in outcomes if o.case.kind == BENIGN and o.low_read)
     forgotten = {i: w for i, w in known.items() if i not in {released.case.id, held.case.id}}

@@ -1,4 +1,5 @@
-"""A flooding agent cannot push other agents' calls back by more than its backlog cap."""
+"""A flooding agent cannot push other agents' calls back by more than its backlog cap, nor
+queue an approval behind its calls."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ from pathlib import Path
 import pytest
 from nats.js.errors import APIError
 
-from tests.service.helpers import propose, running_service, unique_prefix, wait_until
+from tests.service.helpers import (
+    decision,
+    propose,
+    running_service,
+    send_decision,
+    unique_prefix,
+    wait_until,
+)
+from workflow.store.priority import PriorityLock
 
 
 async def test_a_flooding_agent_is_refused_past_its_backlog_while_others_get_through(
@@ -36,3 +45,41 @@ async def test_a_flooding_agent_is_refused_past_its_backlog_while_others_get_thr
         await wait_until(lambda: h.service_history(quiet), lambda r: r["status"] == "released")
         for pid in flood:
             assert (await h.service_history(pid))["status"] == "released"
+
+
+async def test_a_decision_is_applied_before_an_intake_flood_queued_before_it(
+    nats_url: str, tmp_path: Path, database_url: str
+) -> None:
+    """The writer is busy; a flood of reads is queued behind it, then an approval: when the
+    writer frees, the approval is committed before the flood's next batch (the audit chain
+    records the order of commits), and every call still gets its outcome."""
+    async with running_service(nats_url, tmp_path, database_url=database_url) as h:
+        assert h.service.ctx is not None
+        held = await propose(h.nc, h.subjects, tool="write_file", arguments={"path": "a.txt"})
+        (item,) = await h.observer.wait_for("inbox", held)
+        gate = h.service.ctx.store.db.gate
+        await gate.acquire()
+        try:
+            flood = [
+                await propose(h.nc, h.subjects, agent=f"reader-{i % 4}", tool="read_file",
+                              arguments={"path": f"f{i}"})
+                for i in range(300)
+            ]  # fmt: skip
+            await wait_until(lambda: _waiting(gate), lambda w: w[1] >= 1)
+            await send_decision(
+                h.nc, h.subjects, decision(h.key, item["request_id"], item["proposal_digest"])
+            )
+            await wait_until(lambda: _waiting(gate), lambda w: w[0] >= 1)
+        finally:
+            gate.release()
+        await h.observer.wait_for("released", held)
+        await h.observer.wait_for("released", count=301, timeout=30)
+        rows = await h.service.ctx.store.audit.rows()
+        accepted = next(r.seq for r in rows if r.kind == "decision.accepted")
+        flooded = [r.seq for r in rows if r.proposal_id in set(flood)]
+        assert len(flooded) >= 300
+        assert accepted < min(flooded)
+
+
+async def _waiting(gate: PriorityLock) -> tuple[int, int]:
+    return gate.waiting

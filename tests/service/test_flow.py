@@ -155,7 +155,7 @@ async def test_the_same_proposal_published_twice_has_one_outcome(
         pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
         await h.observer.wait_for("released", pid)
         # The server drops the second publish (same Nats-Msg-Id); a publish without the header
-        # reaches the service, which recognises the proposal id and re-emits the same event.
+        # reaches the service, which recognises the proposal id and sends nothing again.
         await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"}, pid=pid)
         await h.nc.jetstream().publish(
             h.subjects.proposals("agent-1"),

@@ -287,6 +287,31 @@ async def test_a_raised_requirement_applies_to_a_call_already_held(
         assert sorted(a["approver"] for a in released["approvals"]) == ["alice", "bob"]
 
 
+async def test_a_raised_requirement_with_a_shorter_ttl_brings_the_expiry_forward(
+    nats_url: str, tmp_path: Path
+) -> None:
+    clock = FakeClock()
+    async with guarded(nats_url, tmp_path, quorum=1, clock=clock, sweep_interval=0.2) as h:
+        pid, item = await held_write(h)
+        held_until = datetime.fromisoformat(item["expires_at"])
+        raised = policy_text(quorum=2).replace("quorum = 2", 'quorum = 2\nttl = "2m"')
+        (tmp_path / "policy.toml").write_text(raised)
+        assert await h.service.reload_policy("test")
+        await send_decision(
+            h.nc, h.subjects, decision(KEYS["alice"], item["request_id"], item["proposal_digest"])
+        )
+        await wait_until(h.audit_kinds, lambda kinds: "requirement.raised" in kinds)
+        reply = await h.nc.request(h.subjects.api("pending"), b"{}", timeout=5)
+        (entry,) = [e for e in json.loads(reply.data)["items"] if e["proposal_id"] == pid]
+        created = datetime.fromisoformat(entry["created_at"])
+        assert entry["requirement"]["ttl_seconds"] == 120
+        assert datetime.fromisoformat(entry["expires_at"]) == created + timedelta(minutes=2)
+        assert datetime.fromisoformat(entry["expires_at"]) < held_until
+        clock.advance(121)
+        (blocked,) = await h.observer.wait_for("blocked", pid)
+        assert blocked["outcome"] == "expired"
+
+
 async def test_the_agent_status_subject_answers_only_about_that_agents_proposals(
     nats_url: str, tmp_path: Path
 ) -> None:

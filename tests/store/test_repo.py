@@ -96,13 +96,11 @@ async def test_migration_3_drops_the_unique_release_id_and_keeps_the_outcomes(
     async with engine.connect() as conn:
         after = (await conn.execute(text("SELECT * FROM outcomes ORDER BY proposal_id"))).all()
     assert after == before
-    assert await store.executions.release_exists("p1", release_id_for("p1"))
-    assert not await store.executions.release_exists(
-        "p2", release_id_for("p2")
-    )  # denied: no release
-    assert not await store.executions.release_exists(
-        "p2", release_id_for("p1")
-    )  # another's release
+    assert await store.executions.released_to("p1", release_id_for("p1")) == "agent-1"
+    # denied: no release
+    assert await store.executions.released_to("p2", release_id_for("p2")) is None
+    # another's release
+    assert await store.executions.released_to("p2", release_id_for("p1")) is None
     # No unique index on release_id is left: a second row with the same release id is accepted
     # by the database (the id is derived from the primary key, which keeps it unique).
     await _insert_released(engine, "p3", release_id_for("p1"))
@@ -112,7 +110,7 @@ async def test_migration_3_drops_the_unique_release_id_and_keeps_the_outcomes(
 async def test_a_new_database_has_no_unique_release_id(store: Store) -> None:
     await store.proposals.record([record("p1", tool="read_file")], NOW)
     await _insert_released(store.db.engine, "p2", release_id_for("p1"))
-    assert await store.executions.release_exists("p1", release_id_for("p1"))
+    assert await store.executions.released_to("p1", release_id_for("p1")) == "agent-1"
 
 
 async def _insert_released(engine: AsyncEngine, proposal_id: str, release_id: str) -> None:

@@ -26,9 +26,10 @@ from tests.web.support import (
     status_of,
     web_url,
 )
+from workflow.canonical import jcs
 from workflow.client import Headgate
 from workflow.client.display import mask_text, target_of
-from workflow.messages import Blocked, Released, canonical_json
+from workflow.messages import Blocked, Released
 from workflow.passkeys import decision_challenge
 from workflow.signing import verify_record
 
@@ -63,17 +64,19 @@ TRICKY = [
 ]
 
 
-async def test_the_browser_builds_the_same_canonical_json_and_digest_as_python(
+async def test_the_browser_builds_the_same_rfc8785_form_and_digest_as_python(
     nats_url: str, tmp_path: Path, browser: Any
 ) -> None:
     people = approvers_policy(tmp_path)
     async with inbox_service(nats_url, tmp_path, people) as h:
         await run(browser.get, f"{web_url(h)}/signin")
         for text in TRICKY:
-            value = {"reason": text, "key": None, "approver": "alice", "b": [text, None]}
+            value = {"reason": text, "key": None, "approver": "alice", "b": [text, None],
+                     "n": [1.0, 0.5, 1e-7, 1e21, -0.0, 10],
+                     "\U0001f600": 1, "\ufb01": 2}  # fmt: skip
             script = "return headgate.canonical(arguments[0])"
             got = await run(browser.execute_script, script, value)
-            assert got == canonical_json(value)
+            assert got == jcs(value)
             digest = await run(
                 browser.execute_async_script,
                 "headgate.sha256hex(arguments[0]).then(arguments[1])",

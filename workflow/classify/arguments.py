@@ -74,11 +74,18 @@ MAX_DEPTH = 6
 MAX_ITEMS = 2000
 
 
+#: A path, URL or host value longer than this is not inspected: the call fails closed.
+MAX_TARGET_CHARS = 4096
+
+
 @dataclass
 class ArgumentTargets:
     paths: list[str] = field(default_factory=list)
     urls: list[str] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
+    #: Why some of the arguments were not inspected (too many items, nested too deep, a
+    #: target too long), or None when every value was. The caller fails closed on it.
+    overflow: str | None = None
 
 
 def _key_kind(key: str) -> str | None:
@@ -93,7 +100,11 @@ def _key_kind(key: str) -> str | None:
 
 
 def _visit(value: Any, kind: str | None, out: ArgumentTargets, depth: int) -> None:
-    if len(out.paths) + len(out.urls) + len(out.hosts) > MAX_ITEMS or depth > MAX_DEPTH:
+    if out.overflow is not None:
+        return
+    if depth > MAX_DEPTH:
+        if value:
+            out.overflow = f"values nested more than {MAX_DEPTH} levels deep"
         return
     if isinstance(value, dict):
         for k, v in value.items():
@@ -101,15 +112,31 @@ def _visit(value: Any, kind: str | None, out: ArgumentTargets, depth: int) -> No
     elif isinstance(value, list | tuple):
         for v in value:
             _visit(v, kind, out, depth + 1)
-    elif isinstance(value, str) and value and "\n" not in value and len(value) < 4096:
-        if URL_RE.match(value) and not value.startswith("file://"):
-            out.urls.append(value)
-        elif kind == "url":
-            out.urls.append(value if "://" in value else "https://" + value)
-        elif kind == "host":
-            out.hosts.append(value)
-        elif kind == "path" or _LOOKS_LIKE_PATH.match(value):
-            out.paths.append(value)
+    elif isinstance(value, str) and value:
+        if len(value) >= MAX_TARGET_CHARS:
+            # Prose under a path-like key (`input`, `source`) is not a target; one long word
+            # there is, and it is too long to inspect.
+            if kind is not None and not any(c.isspace() for c in value[:MAX_TARGET_CHARS]):
+                out.overflow = f"a {kind} longer than {MAX_TARGET_CHARS} characters"
+        elif kind is not None or "\n" not in value:
+            _add(value, kind, out)
+
+
+def _add(value: str, kind: str | None, out: ArgumentTargets) -> None:
+    if URL_RE.match(value) and not value.startswith("file://"):
+        found = out.urls
+    elif kind == "url":
+        found, value = out.urls, value if "://" in value else "https://" + value
+    elif kind == "host":
+        found = out.hosts
+    elif kind == "path" or _LOOKS_LIKE_PATH.match(value):
+        found = out.paths
+    else:
+        return
+    if len(out.paths) + len(out.urls) + len(out.hosts) >= MAX_ITEMS:
+        out.overflow = f"more than {MAX_ITEMS} paths, URLs or hosts"
+        return
+    found.append(value)
 
 
 def argument_targets(

@@ -12,18 +12,19 @@ from __future__ import annotations
 import posixpath
 from enum import Enum
 
-from workflow.classify import rules, ruleset
+from workflow.classify import builtins, rules, ruleset, secrets
 from workflow.classify.findings import finding
+from workflow.classify.readers import option_writes
 from workflow.classify.readonly import READ_ONLY
 from workflow.classify.shellstate import (
     DECODE,
     DYNAMIC,
     FETCH,
     INTERP,
-    SENSITIVE_VARS,
     UNKNOWN_WORD,
     ShellState,
     Word,
+    is_sensitive,
     shown,
 )
 from workflow.classify.targets import Access, check_path, normalise
@@ -138,25 +139,42 @@ def analyse_argv(
     if name is None:
         return _local_program(head.value, words, st)
     args = words[1:]
+    if ruleset.informational(name, args):  # help, version, dry run (ruleset.py)
+        base_class(Base.READ, words, st, [])
+        return frozenset()
     wrapped = _WRAPPERS.get(name)
     if wrapped is not None:
         return wrapped(name, args, st, stdin_text)
     if name in SHELLS or name in INTERPRETERS or name in ("eval", "source", "."):
         traits, analysed = _interpreter(name, args, st, stdin_text)
         if not analysed:
-            _base(Base.EXEC, words, st, [])
+            base_class(Base.EXEC, words, st, [])
         return traits
-    if name in ("cd", "pushd") and args:
-        target = args[-1]
-        st.cwd = normalise(target.text, st.cwd, st.rules.home) if target.value else "/" + DYNAMIC
+    if name in ("cd", "pushd", "popd"):
+        _change_directory(name, args, st)
+    secrets.check(name, args, st)
+    feature = builtins.HANDLERS.get(name)
+    if feature is not None:
+        feature(name, args, st)
     said, traits, path_args = ruleset.apply(name, args, st, stdin_text)
     if said is None:
         checker = READ_ONLY.get(name)
         base = Base.READ if checker is not None and checker(args) else Base.EXEC
     else:
         base = Base(said)
-    _base(base, words, st, path_args if path_args is not None else default_paths(args))
+    base_class(base, words, st, path_args if path_args is not None else default_paths(args))
     return traits
+
+
+def _change_directory(name: str, args: list[Word], st: ShellState) -> None:
+    """Follows the working directory: a bare `cd` goes home, `cd -`/`popd` somewhere unknown."""
+    targets = [a for a in args if not a.text.startswith("-") or a.text == "-"]
+    if name == "cd" and not targets:
+        st.cwd = st.rules.home
+    elif name == "popd" or not targets or targets[-1].value in (None, "-"):
+        st.cwd = "/" + DYNAMIC
+    else:
+        st.cwd = normalise(targets[-1].text, st.cwd, st.rules.home)
 
 
 def default_paths(args: list[Word]) -> list[Word]:
@@ -174,7 +192,7 @@ def default_paths(args: list[Word]) -> list[Word]:
     return out
 
 
-def _base(base: Base, words: list[Word], st: ShellState, paths: list[Word]) -> None:
+def base_class(base: Base, words: list[Word], st: ShellState, paths: list[Word]) -> None:
     cmd = shown(words)
     if base is Base.EXEC:
         if any(t.matches(words) for t in st.read_templates):
@@ -226,7 +244,8 @@ def _base(base: Base, words: list[Word], st: ShellState, paths: list[Word]) -> N
         )
     access = Access.READ if base is Base.READ else Access.WRITE
     for w in paths:
-        st.add(*check_path(w.approx, st.cwd, st.rules, access, f"`{cmd}`"))
+        for candidate in (w.approx, *w.alts):
+            st.add(*check_path(candidate, st.cwd, st.rules, access, f"`{cmd}`"))
 
 
 # --------------------------------------------------------------------------- interpreters
@@ -276,13 +295,27 @@ def _interpreter(
         st.add(rules.inline_code(name, code))
         return frozenset(), False
     if name not in SHELLS and args and args[0].value == "-m" and len(args) > 1:
-        return ruleset.python_module(args[1].text, args[2:], st), False
+        return ruleset.python_module(args[1].text, args[2:], st)
     positional = [a for a in args if not a.text.startswith("-") or a.text == "-"]
     if positional and positional[0].text not in ("-", "/dev/stdin"):
         _script(name, positional[0].text, st)
         return frozenset(), False
     if stdin_text is not None and name in SHELLS:
-        return _nested(Word.of(stdin_text), f"The script fed to `{name}`", st), True
+        # The text is analysed; when it only reads, the pipe still runs text put together at
+        # run time (an approver sees the producer, not the script), so it is held as exec.
+        before = len(st.findings)
+        traits = _nested(Word.of(stdin_text), f"The script fed to `{name}`", st)
+        if all(f.risk in (None, RiskClass.READ) for f in st.findings[before:]):
+            st.add(
+                finding(
+                    "shell.piped_script",
+                    f"`{name}` runs the commands piped into it (`{stdin_text[:60]}`) as a "
+                    "script (exec, high).",
+                    RiskClass.EXEC,
+                    Severity.HIGH,
+                )
+            )
+        return traits, True
     return frozenset({INTERP}), False
 
 
@@ -298,7 +331,7 @@ def _script(name: str, script: str, st: ShellState) -> None:
 # --------------------------------------------------------------------------- wrappers
 
 
-def _skip_options(args: list[Word], with_value: frozenset[str]) -> list[Word]:
+def skip_options(args: list[Word], with_value: frozenset[str]) -> list[Word]:
     i = 0
     while i < len(args):
         v = args[i].text
@@ -314,7 +347,7 @@ def _plain(opts: frozenset[str], positional: int = 0) -> rules.Wrapper:
     def unwrap(
         name: str, args: list[Word], st: ShellState, stdin_text: str | None
     ) -> frozenset[str]:
-        rest = _skip_options(args, opts)[positional:]
+        rest = skip_options(args, opts)[positional:]
         if not rest:
             return _bare(name, args, st)
         return analyse_argv(rest, st, stdin_text)
@@ -324,19 +357,29 @@ def _plain(opts: frozenset[str], positional: int = 0) -> rules.Wrapper:
 
 def _bare(name: str, args: list[Word], st: ShellState) -> frozenset[str]:
     base = Base.READ if name in ("time", "nice", "command", "builtin") else Base.EXEC
-    _base(base, [Word.of(name), *args], st, [])
+    base_class(base, [Word.of(name), *args], st, [])
     return frozenset()
 
 
 def _env(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
-    rest = _skip_options(args, frozenset({"-u", "--unset", "-C", "--chdir", "-S"}))
+    rest = skip_options(args, frozenset({"-u", "--unset", "-C", "--chdir", "-S"}))
     split = _flag_value(args, ("-S", "--split-string"))
     if split is not None:
         return _nested(split, "The `env -S` text", st)
+    for i, w in enumerate(args):
+        unset = None
+        if w.value in ("-u", "--unset") and i + 1 < len(args):
+            unset = args[i + 1].text
+        elif w.text.startswith("--unset="):
+            unset = w.text.split("=", 1)[1]
+        elif w.text.startswith("-u") and len(w.text) > 2 and not w.text.startswith("--"):
+            unset = w.text[2:]
+        if unset is not None and is_sensitive(unset):
+            st.add(builtins.sensitive_assignment(unset, "unsets"))
     while rest and rest[0].value is not None and "=" in rest[0].value:
         var = rest[0].value.split("=", 1)[0]
-        if var in SENSITIVE_VARS:
-            st.add(rules.sensitive_variable(var))
+        if is_sensitive(var, rest[0].value.split("=", 1)[1]):
+            st.add(builtins.sensitive_assignment(var))
         rest = rest[1:]
     if not rest:
         st.add(rules.env_dump(f"{name} {shown(args)}".strip()))
@@ -348,7 +391,7 @@ def _privileged(
     name: str, args: list[Word], st: ShellState, stdin_text: str | None
 ) -> frozenset[str]:
     st.add(rules.privileged_wrapper(name, args))
-    rest = _skip_options(
+    rest = skip_options(
         args,
         frozenset(
             {"-u", "-g", "-U", "-C", "-D", "-h", "-p", "-r", "-t", "-T", "--user", "--group"}
@@ -364,38 +407,13 @@ def _privileged(
     return analyse_argv(rest, st, stdin_text)
 
 
-def _xargs(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
-    rest = _skip_options(
-        args,
-        frozenset(
-            {
-                "-n",
-                "-I",
-                "-P",
-                "-d",
-                "-L",
-                "-a",
-                "-E",
-                "-s",
-                "-i",
-                "--max-args",
-                "--delimiter",
-                "--arg-file",
-            }
-        ),
-    )
-    if not rest:
-        rest = [Word.of("echo")]
-    return analyse_argv([*rest, UNKNOWN_WORD], st, None)
-
-
 def _timeout(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
-    rest = _skip_options(args, frozenset({"-s", "-k", "--signal", "--kill-after"}))
+    rest = skip_options(args, frozenset({"-s", "-k", "--signal", "--kill-after"}))
     return analyse_argv(rest[1:], st, stdin_text) if len(rest) > 1 else _bare(name, args, st)
 
 
 def _watch(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
-    rest = _skip_options(args, frozenset({"-n", "--interval", "-d"}))
+    rest = skip_options(args, frozenset({"-n", "--interval", "-d"}))
     if not rest:
         return _bare(name, args, st)
     if all(w.value is not None for w in rest):
@@ -403,28 +421,49 @@ def _watch(name: str, args: list[Word], st: ShellState, stdin_text: str | None) 
     return _nested(UNKNOWN_WORD, "The `watch` command", st)
 
 
+def _xargs(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
+    from workflow.classify.fromdata import xargs  # fromdata builds on this module
+
+    return xargs(name, args, st, stdin_text)
+
+
+def _parallel(
+    name: str, args: list[Word], st: ShellState, stdin_text: str | None
+) -> frozenset[str]:
+    from workflow.classify.fromdata import parallel
+
+    return parallel(name, args, st, stdin_text)
+
+
 def _find(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
-    traits: set[str] = set()
-    i = 0
-    while i < len(args):
-        if args[i].value in ("-exec", "-execdir", "-ok", "-okdir"):
-            end = i + 1
-            while end < len(args) and args[end].value not in (";", "+"):
-                end += 1
-            inner = [UNKNOWN_WORD if w.value == "{}" else w for w in args[i + 1 : end]]
-            traits |= analyse_argv(inner, st, None)
-            i = end
-        i += 1
-    rules.find_rules(args, st)
-    checker = READ_ONLY["find"]
-    roots = [w for w in args if not w.text.startswith(("-", "(", "!", ")"))][:1]
-    base = Base.READ if checker(args) else Base.EXEC
-    if base is Base.EXEC and all(
-        w.value not in ("-delete", "-fprint", "-fprint0", "-fprintf", "-fls") for w in args
-    ):
-        base = Base.WRAPPED  # only -exec: the class comes from the commands it runs
-    _base(base, [Word.of(name), *args], st, roots)
-    return frozenset(traits)
+    from workflow.classify.fromdata import find
+
+    return find(name, args, st, stdin_text)
+
+
+def _command(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
+    if any(w.value is not None and w.value.startswith("-") and "p" in w.value for w in args[:3]):
+        st.add(
+            builtins.shell_feature(
+                "shell.command_default_path",
+                f"`command {shown(args)}` looks the program up in a default PATH of its own",
+            )
+        )
+    if args and args[0].value not in ("-v", "-V"):
+        return analyse_argv(skip_options(args, frozenset()), st, stdin_text)
+    return _bare(name, args, st)
+
+
+def _tracer(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
+    """strace/ltrace run the command they trace; `-o FILE` writes the trace (readers.py)."""
+    out = _flag_value(args, ("-o", "--output"))
+    if out is not None:
+        st.add(
+            option_writes(f"{name} {shown(args)}", name, f"-o {out.text}"),
+            *check_path(out.approx, st.cwd, st.rules, Access.WRITE, f"`{name}`"),
+        )
+    opts = frozenset({"-o", "-e", "-p", "-s", "-E", "-u", "-P", "-a", "-b", "-I", "-X", "-O"})
+    return _plain(opts)(name, args, st, stdin_text)
 
 
 _WRAPPERS: dict[str, rules.Wrapper] = {
@@ -435,22 +474,18 @@ _WRAPPERS: dict[str, rules.Wrapper] = {
     "ionice": _plain(frozenset({"-c", "-n", "-p", "-t"})),
     "stdbuf": _plain(frozenset({"-i", "-o", "-e"})),
     "setsid": _plain(frozenset()),
-    "command": lambda n, a, s, i: (
-        analyse_argv(_skip_options(a, frozenset()), s, i)
-        if a and a[0].value not in ("-v", "-V")
-        else _bare(n, a, s)
-    ),
+    "command": _command,
     "builtin": _plain(frozenset()),
     "exec": _plain(frozenset({"-a"})),
     "unbuffer": _plain(frozenset()),
     "caffeinate": _plain(frozenset({"-t", "-w"})),
-    "strace": _plain(frozenset({"-o", "-e", "-p", "-s"})),
-    "ltrace": _plain(frozenset({"-o", "-e", "-p", "-s"})),
+    "strace": _tracer,
+    "ltrace": _tracer,
     "flock": _plain(frozenset({"-w", "-E", "--timeout"}), positional=1),
     "timeout": _timeout,
     "gtimeout": _timeout,
     "xargs": _xargs,
-    "parallel": _xargs,
+    "parallel": _parallel,
     "watch": _watch,
     "find": _find,
     "sudo": _privileged,

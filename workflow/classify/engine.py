@@ -171,6 +171,17 @@ def _target_layer(
     )
     access = Access.READ if reading else Access.WRITE
     found = argument_targets(proposal.arguments, _COMMAND_KEYS)
+    if found.overflow is not None:
+        acc.add(
+            finding(
+                "target.too_many",
+                f"The arguments of `{proposal.tool}` hold {found.overflow}; the rest cannot "
+                "be checked, so the call fails closed (exec, high).",
+                RiskClass.EXEC,
+                Severity.HIGH,
+                fail_closed=True,
+            )
+        )
     rules = path_rules(tables)
     cwd = proposal.context.cwd if proposal.context else None
     via = f"`{proposal.tool}`"

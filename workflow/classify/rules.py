@@ -11,9 +11,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from workflow.classify.databases import client_reads_only
 from workflow.classify.findings import Finding, finding
+from workflow.classify.grammar import FIND_WRITES, find_primaries
 from workflow.classify.shellstate import DECODE, FETCH, ShellState, Word, shown
-from workflow.classify.targets import normalise
+from workflow.classify.targets import Access, check_path, normalise
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 
 Wrapper = Callable[[str, list[Word], ShellState, str | None], frozenset[str]]
@@ -129,16 +131,32 @@ def privileged_wrapper(name: str, args: list[Word]) -> Finding:
 
 
 def find_rules(args: list[Word], st: ShellState) -> None:
-    if any(a.value == "-delete" for a in args):
-        st.add(
-            finding(
-                "shell.find_delete",
-                f"`find {shown(args)}` deletes every file it matches (destructive, high).",
-                DE,
-                HIGH,
-                D,
+    """find's primaries, parsed with their values: `-delete` deletes, `-fprint`/`-fprintf`/
+    `-fls` write the file they name (through the path rules), `-files0-from` reads one."""
+    for primary, values in find_primaries(args):
+        if primary == "-delete":
+            st.add(
+                finding(
+                    "shell.find_delete",
+                    f"`find {shown(args)}` deletes every file it matches (destructive, high).",
+                    DE,
+                    HIGH,
+                    D,
+                )
             )
-        )
+        elif primary in FIND_WRITES and values:
+            st.add(
+                finding(
+                    "options.writes_file",
+                    f"`find {shown(args)}`: `{primary} {values[0].text}` makes `find` write "
+                    "files (write_local, medium).",
+                    RiskClass.WRITE_LOCAL,
+                    MED,
+                ),
+                *check_path(values[0].approx, st.cwd, st.rules, Access.WRITE, "`find`"),
+            )
+        elif primary == "-files0-from" and values:
+            st.add(*check_path(values[0].approx, st.cwd, st.rules, Access.READ, "`find`"))
 
 
 # --------------------------------------------------------------------------- destructive
@@ -289,6 +307,8 @@ def _sql_client(name: str, args: list[Word], st: ShellState, stdin_text: str | N
         texts.extend(w.text for w in _positional(args)[1:])
     elif name == "redis-cli":
         texts.append(" ".join(w.text for w in _positional(args)))
+    if client_reads_only(name, args, [t for t in texts if t], st):
+        return ("read", frozenset(), _positional(args)[:1] if name in ("sqlite3", "duckdb") else [])
     for text in texts:
         st.add(*sql_findings(name, text))
         if name == "redis-cli" and re.search(r"(?i)\bFLUSH(ALL|DB)\b", text):

@@ -10,6 +10,7 @@ is unparseable and fails closed; so does nesting (`bash -c "bash -c '…'"`) dee
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import re
 from functools import lru_cache
@@ -17,7 +18,7 @@ from functools import lru_cache
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser, Tree
 
-from workflow.classify import commands
+from workflow.classify import builtins, commands
 from workflow.classify.findings import Finding, finding
 from workflow.classify.memo import per_object
 from workflow.classify.rules import env_dump
@@ -26,15 +27,18 @@ from workflow.classify.shellstate import (
     DYNAMIC,
     FETCH,
     INTERP,
-    SENSITIVE_VARS,
+    MAX_ALTS,
     ShellState,
     Template,
     Word,
     compile_template,
+    is_sensitive,
+    texts_of,
 )
 from workflow.classify.tables import ClassifierTables
 from workflow.classify.targets import Access, check_path, normalise, path_rules
 from workflow.classify.taxonomy import Category, RiskClass, Severity
+from workflow.classify.textguard import describe, odd_character, scanner_hazard
 
 MAX_DEPTH = 6
 MAX_COMMAND_BYTES = 64 * 1024
@@ -43,6 +47,10 @@ _LANGUAGE = Language(tree_sitter_bash.language())
 _PARSER = Parser(_LANGUAGE)
 
 _SECRET_VAR = re.compile(r"(?i)(secret|token|passw|api_?key|private_?key|credential|auth)")
+#: An array subscript holding a command substitution (`a[$(id)]`), written as quoted data:
+#: arithmetic (`$((n))`, `[[ n -eq 0 ]]`, `declare -i`), `[[ -v ]]`, indirect expansion and
+#: `printf -v` evaluate such text as code when a variable holds it.
+_SUBSCRIPT_CODE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\[[^\]]*(?:\$\(|`)")
 _SAFE_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
 _ANSI_SIMPLE = {
     "a": "\a",
@@ -128,13 +136,11 @@ class Walker:
         t = node.type
         if t == "word" or t == "number":
             text = _unescape_word(_text(node))
-            return Word(text, text)
+            return self._data(text)
         if t == "raw_string":
-            text = _text(node)[1:-1]
-            return Word(text, text)
+            return self._data(_text(node)[1:-1])
         if t == "ansi_c_string":
-            text = _ansi_c(_text(node)[2:-1])
-            return Word(text, text)
+            return self._data(_ansi_c(_text(node)[2:-1]))
         if t in ("string", "translated_string", "concatenation"):
             return self._join([self._part(c) for c in node.named_children], node)
         if t in ("simple_expansion", "expansion"):
@@ -145,10 +151,21 @@ class Walker:
         traits = self.walk_children(node)
         return Word(None, _text(node) or DYNAMIC, traits)
 
+    def _data(self, text: str) -> Word:
+        """A static word; text that would run code if evaluated as a subscript fails closed."""
+        if ("[" in text) and _SUBSCRIPT_CODE.search(text):
+            self.st.add(
+                builtins.shell_feature(
+                    "shell.subscript_code",
+                    f"The text `{text[:60]}` holds an array subscript with a command "
+                    "substitution, which arithmetic and `[[ -v ]]` evaluate as code",
+                )
+            )
+        return Word(text, text)
+
     def _part(self, node: Node) -> Word:
         if node.type == "string_content":
-            text = _unescape_dq(_text(node))
-            return Word(text, text)
+            return self._data(_unescape_dq(_text(node)))
         return self.word(node)
 
     def _join(self, parts: list[Word], node: Node) -> Word:
@@ -157,7 +174,13 @@ class Walker:
         approx = "".join(p.approx for p in parts)
         traits = frozenset().union(*(p.traits for p in parts)) if parts else frozenset()
         static = all(p.value is not None for p in parts)
-        return Word(approx if static else None, approx, traits)
+        alts: tuple[str, ...] = ()
+        if any(p.alts for p in parts):
+            variants = [""]
+            for p in parts:
+                variants = [v + t for v in variants for t in texts_of(p)][:MAX_ALTS]
+            alts = tuple(v for v in variants if v != approx)
+        return Word(approx if static else None, approx, traits, alts)
 
     def _expansion(self, node: Node) -> Word:
         names = [
@@ -166,8 +189,13 @@ class Walker:
         name = _text(names[0]) if names else ""
         simple = node.type == "simple_expansion" or _text(node) == "${" + name + "}"
         traits = self.walk_children(node) if node.type == "expansion" else frozenset()
+        if node.type == "expansion":
+            self._expansion_operators(node, name)
         if name == "HOME" and simple:
             return Word(self.st.rules.home, self.st.rules.home)
+        alts = list(self.st.values.get(name, ()))
+        if node.type == "expansion":
+            alts.extend(self._default_texts(node))
         if _SECRET_VAR.search(name):
             self.st.add(
                 finding(
@@ -179,7 +207,41 @@ class Walker:
                     Category.SECRET_ACCESS,
                 )
             )
-        return Word(None, DYNAMIC, traits)
+        return Word(None, DYNAMIC, traits, tuple(alts[:MAX_ALTS]))
+
+    _DEFAULT_OPERATORS = frozenset({":-", "-", ":=", "=", ":+", "+", ":?", "?"})
+
+    def _default_texts(self, node: Node) -> list[str]:
+        """The texts of `${X:-word}` and its kin that the expansion may produce."""
+        children = node.children
+        for i, child in enumerate(children):
+            if child.type in self._DEFAULT_OPERATORS:
+                parts = [self.word(c) for c in children[i + 1 :] if c.is_named]
+                if not parts:
+                    return []
+                joined = self._join(parts, node)
+                return texts_of(joined)
+        return []
+
+    def _expansion_operators(self, node: Node, name: str) -> None:
+        """`${x@P}` runs the value as a prompt string; `${!x}` names the variable to expand at
+        run time, evaluating any subscript in it: both evaluate data as code."""
+        kinds = [c.type for c in node.children]
+        if any(a == "@" and b == "P" for a, b in itertools.pairwise(kinds)):
+            self.st.add(
+                builtins.shell_feature(
+                    "shell.prompt_expansion",
+                    f"`${{{name}@P}}` expands a value as a prompt string, running the command "
+                    "substitutions in it",
+                )
+            )
+        if kinds[1:2] == ["!"] and "variable_name" in kinds and not {"*", "@"} & set(kinds):
+            self.st.add(
+                builtins.shell_feature(
+                    "shell.indirect_expansion",
+                    f"`${{!{name}}}` expands the variable whose name `{name}` holds at run time",
+                )
+            )
 
     # ------------------------------------------------------------------ structure
 
@@ -214,25 +276,42 @@ class Walker:
             return self.word(node).traits
         if t == "comment":
             return frozenset()
+        if t in ("file_redirect", "heredoc_redirect", "herestring_redirect"):
+            self.redirect(node)  # `$(< ~/.ssh/id_rsa)`: a redirection with no command
+            return frozenset()
+        if t == "function_definition":
+            fname = node.child_by_field_name("name")
+            self.st.add(
+                builtins.shell_feature(
+                    "shell.function_definition",
+                    f"The command defines the function `{_text(fname) if fname else '?'}`, "
+                    "which replaces any later command of that name",
+                )
+            )
+        elif t == "unset_command":
+            words = [
+                Word.of(_text(c)) if c.type == "variable_name" else self.word(c)
+                for c in node.named_children
+            ]
+            builtins.HANDLERS["unset"]("unset", words, self.st)
+        elif t in ("for_statement", "select_statement"):
+            var = node.child_by_field_name("variable")
+            if var is not None and is_sensitive(_text(var)):
+                self.st.add(builtins.sensitive_assignment(_text(var), "loops over"))
+            if var is not None:
+                values = node.children_by_field_name("value")
+                self.st.remember(_text(var), [t for v in values for t in texts_of(self.word(v))])
         return self.walk_children(node)
 
     def assignment(self, node: Node) -> frozenset[str]:
         name_node = node.child_by_field_name("name")
         name = _text(name_node) if name_node else ""
         value = node.child_by_field_name("value")
-        traits = self.word(value).traits if value is not None else frozenset()
-        if name in SENSITIVE_VARS:
-            self.st.add(
-                finding(
-                    "shell.sensitive_variable",
-                    f"The command sets `{name}`, which changes which programs run or how the "
-                    "line is split, so the analysis cannot vouch for it (exec, high).",
-                    RiskClass.EXEC,
-                    Severity.HIGH,
-                    fail_closed=True,
-                )
-            )
-        return traits
+        word = self.word(value) if value is not None else Word("", "")
+        if is_sensitive(name.split("[", 1)[0], word.value):
+            self.st.add(builtins.sensitive_assignment(name))
+        self.st.remember(name, texts_of(word))
+        return word.traits
 
     def command(self, node: Node, stdin_text: str | None) -> frozenset[str]:
         words: list[Word] = []
@@ -290,10 +369,22 @@ class Walker:
         words = [self.word(c) for c in args]
         if any(w.value is None for w in words):
             return None
-        values = [w.text for w in words if w.text not in ("-n", "-e", "-E")]
-        if _text(name) == "printf" and values[:1] == ["%s\\n"]:
+        values = [w.text for w in words]
+        if _text(name) == "printf":
+            # `printf FORMAT ARGS` repeats the format for each argument: only the two plain
+            # formats are followed; any other format (escapes, `%b`...) is unknown text.
+            if values[:1] == ["%s\\n"]:
+                return "\n".join(values[1:])
+            if values[:1] == ["%s"]:
+                return "".join(values[1:])
+            if len(values) == 1 and "%" not in values[0] and "\\" not in values[0]:
+                return values[0]
+            return None
+        while values and values[0] in ("-n", "-e", "-E"):
             values = values[1:]
-        return " ".join(values)
+        text = " ".join(values)
+        # echo interprets backslash escapes in some shells (dash, `-e`): unknown text.
+        return None if "\\" in text else text
 
     def declaration(self, node: Node) -> frozenset[str]:
         """`export`/`declare`/`local`...: assignments are checked; a bare listing dumps the
@@ -301,6 +392,17 @@ class Walker:
         named = node.named_children
         if named and all(c.type == "word" and _text(c).startswith("-") for c in named):
             self.st.add(env_dump(_text(node)))
+        keyword = _text(node.children[0]) if node.children else ""
+        options = [_text(c) for c in named if c.type == "word" and _text(c)[:1] in "-+"]
+        flags = {ch for option in options for ch in option[1:]}
+        bare = [
+            Word.of(_text(c)) if c.type == "variable_name" else self.word(c)
+            for c in named
+            if c.type in ("variable_name", "word", "string", "raw_string", "simple_expansion")
+            and _text(c)[:1] not in "-+"
+        ]
+        targets = len(bare) + sum(c.type == "variable_assignment" for c in named)
+        builtins.declaration(keyword, flags, bare, targets, self.st)
         return self.walk_children(node)
 
     def redirected(self, node: Node) -> frozenset[str]:
@@ -357,7 +459,8 @@ class Walker:
         reading = op in ("<", "<<<")
         access = Access.READ if reading else Access.WRITE
         via = "An input redirection" if reading else f"The redirection `{op} {text}`"
-        self.st.add(*check_path(dest.approx, self.st.cwd, self.st.rules, access, via))
+        for candidate in (dest.approx, *dest.alts):
+            self.st.add(*check_path(candidate, self.st.cwd, self.st.rules, access, via))
         if not reading:
             self.st.add(
                 finding(
@@ -395,6 +498,8 @@ def analyse_source(source: str, label: str, state: ShellState) -> frozenset[str]
             _parse_failure(f"{label} is longer than {MAX_COMMAND_BYTES} bytes; it fails closed.")
         )
         return frozenset()
+    if not _text_ok(source, label, state):
+        return frozenset()
     tree = _parse(data).root_node
     if tree.has_error:
         state.add(
@@ -409,6 +514,36 @@ def analyse_source(source: str, label: str, state: ShellState) -> frozenset[str]
         return Walker(state).walk(tree)
     finally:
         state.depth -= 1
+
+
+def odd_text_finding(ch: str, label: str) -> Finding:
+    return finding(
+        "shell.odd_character",
+        f"{label} contains {describe(ch)}, a control or invisible character that shells and "
+        "screens split or show differently, so what an approver reads may not be what runs; "
+        "it fails closed (exec, high).",
+        RiskClass.EXEC,
+        Severity.HIGH,
+        fail_closed=True,
+    )
+
+
+def _text_ok(source: str, label: str, state: ShellState) -> bool:
+    """Refuses, before parsing, text the parser could crash on or that hides what it does."""
+    ch = odd_character(source)
+    if ch is not None:
+        state.add(odd_text_finding(ch, label))
+        return False
+    if scanner_hazard(source):
+        state.add(
+            _parse_failure(
+                f"{label} puts a non-ASCII character right after `{{`, `$`, `?` or an option "
+                "dash, where the shell parser cannot read it safely; it fails closed "
+                "(critical)."
+            )
+        )
+        return False
+    return True
 
 
 @lru_cache(maxsize=2048)
@@ -460,6 +595,10 @@ def command_findings(
     """Findings for a shell command (a string for a shell, or an argv list run directly)."""
     state = new_state(cwd, tables)
     if isinstance(command, list):
+        odd = next((c for c in map(odd_character, command) if c is not None), None)
+        if odd is not None:
+            state.add(odd_text_finding(odd, "The command"))
+            return state.findings
         commands.analyse_argv([Word.of(w) for w in command], state)
         return state.findings
     shell_name = posixpath.basename(shell) if shell else None

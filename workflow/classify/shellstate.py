@@ -7,10 +7,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from workflow.classify.findings import Finding
-from workflow.classify.targets import PathRules
+from workflow.classify.program_env import PROGRAM_VARIABLES
+from workflow.classify.targets import UNKNOWN_PART, PathRules
 
 #: Stands for a part of a word only known at run time (a variable, a substitution).
-DYNAMIC = "__dynamic__"
+DYNAMIC = UNKNOWN_PART
 
 FETCH = "fetch"  # the command downloads or receives data from the network
 DECODE = "decode"  # the command turns encoded text into something runnable
@@ -19,28 +20,113 @@ INTERP = "interp"  # the command runs code it reads from its standard input
 
 #: Variables that change what a command runs or loads: setting one for a command, as
 #: `VAR=value cmd` or `env VAR=value cmd`, fails closed.
-SENSITIVE_VARS = frozenset(
-    {
-        "PATH",
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-        "DYLD_INSERT_LIBRARIES",
-        "IFS",
-        "BASH_ENV",
-        "ENV",
-        "PROMPT_COMMAND",
-        "PYTHONPATH",
-        "PYTHONSTARTUP",
-        "NODE_OPTIONS",
-        "GIT_SSH_COMMAND",
-        "GIT_EXTERNAL_DIFF",
-        "PAGER",
-        "EDITOR",
-        "SHELLOPTS",
-        "BASHOPTS",
-        "PS4",
-    }
+SENSITIVE_VARS = (
+    frozenset(
+        {
+            "PATH",
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "DYLD_INSERT_LIBRARIES",
+            "IFS",
+            "BASH_ENV",
+            "ENV",
+            "PROMPT_COMMAND",
+            "PYTHONPATH",
+            "PYTHONSTARTUP",
+            "NODE_OPTIONS",
+            "GIT_SSH_COMMAND",
+            "GIT_EXTERNAL_DIFF",
+            "PAGER",
+            "EDITOR",
+            "SHELLOPTS",
+            "BASHOPTS",
+            "PS4",
+            # pagers, editors and preprocessors that "read-only" programs run
+            "GIT_PAGER",
+            "MANPAGER",
+            "MANOPT",
+            "SYSTEMD_PAGER",
+            "PSQL_PAGER",
+            "BAT_PAGER",
+            "VISUAL",
+            "BROWSER",
+            "GIT_EDITOR",
+            "GIT_SEQUENCE_EDITOR",
+            "GIT_ASKPASS",
+            "SSH_ASKPASS",
+            "SUDO_ASKPASS",
+            "GIT_PROXY_COMMAND",
+            "GIT_SSH",
+            "GIT_EXEC_PATH",
+            "GIT_TEMPLATE_DIR",
+            "GIT_DIR",
+            "GIT_WORK_TREE",
+            "RIPGREP_CONFIG_PATH",
+            "TAR_OPTIONS",
+            "GREP_OPTIONS",
+            "MAKEFLAGS",
+            "XDG_CONFIG_HOME",
+            "EXINIT",
+            "VIMINIT",
+            "MYVIMRC",
+            "INPUTRC",
+            "HOSTALIASES",
+            # interpreters' start-up code and module paths
+            "PERL5OPT",
+            "PERL5LIB",
+            "PERLLIB",
+            "RUBYOPT",
+            "RUBYLIB",
+            "NODE_PATH",
+            "PYTHONHOME",
+            "PYTHONINSPECT",
+            "JAVA_TOOL_OPTIONS",
+            "_JAVA_OPTIONS",
+            "JDK_JAVA_OPTIONS",
+            "GCONV_PATH",
+            # the shell's own behaviour: prompts, directories, globbing, start-up files
+            "PS0",
+            "PS1",
+            "PS2",
+            "PS3",
+            "HOME",
+            "OLDPWD",
+            "CDPATH",
+            "GLOBIGNORE",
+            "ZDOTDIR",
+            "FPATH",
+            "BASH_XTRACEFD",
+            "BASH_LOADABLES_PATH",
+            "BASH_COMPAT",
+        }
+    )
+    | PROGRAM_VARIABLES
+)  # variables that make a read-only program run something (program_env)
+#: Families of such variables: history (`HISTFILE`, `HISTSIZE`...), exported functions
+#: (`BASH_FUNC_name%%`), git configuration (`GIT_CONFIG_COUNT`/`KEY_n`/`VALUE_n`), less
+#: (`LESSOPEN`, `LESS`), the dynamic loader and npm configuration.
+SENSITIVE_PREFIXES = (
+    "HIST",
+    "BASH_FUNC_",
+    "GIT_CONFIG",
+    "LESS",
+    "LD_",
+    "DYLD_",
+    "npm_config_",
+    "NPM_CONFIG_",
 )
+_PAGERS = frozenset({"PAGER", "GIT_PAGER", "MANPAGER", "SYSTEMD_PAGER", "PSQL_PAGER", "BAT_PAGER"})
+#: Values of a pager variable that only display text (`GIT_PAGER=cat git log` is everyday use).
+SAFE_PAGERS = frozenset(
+    {"", "cat", "less", "more", "less -R", "less -FRX", "less -FRSX", "less -S"}
+)
+
+
+def is_sensitive(name: str, value: str | None = None) -> bool:
+    """True when setting `name` (to `value`, when known) can change what a later word runs."""
+    if name in _PAGERS and value is not None and value.strip() in SAFE_PAGERS:
+        return False
+    return name in SENSITIVE_VARS or name.startswith(SENSITIVE_PREFIXES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +136,14 @@ class Word:
     `value` is the exact static text, or None when part of it is only known at run time;
     `approx` is the text with those parts replaced by `DYNAMIC`, for path checks.
     `traits` are those of command substitutions inside the word (a fetched payload...).
+    `alts` are texts the word may have at run time that the analysis can see: the default of
+    `${X:-~/.netrc}`, the value assigned to `f` earlier in the line; paths check them too.
     """
 
     value: str | None
     approx: str
     traits: frozenset[str] = frozenset()
+    alts: tuple[str, ...] = ()  # other texts it may have (`${X:-d}`, `f=…; "$f"`), for paths
 
     @property
     def text(self) -> str:
@@ -66,6 +155,13 @@ class Word:
 
 
 UNKNOWN_WORD = Word(None, DYNAMIC)
+#: How many alternative texts a word or a variable keeps.
+MAX_ALTS = 16
+
+
+def texts_of(word: Word) -> list[str]:
+    """Every text `word` may have that the analysis knows: its own and its alternatives."""
+    return [word.text, *word.alts] if word.alts else [word.text]
 
 
 @dataclass(frozen=True)
@@ -101,6 +197,14 @@ class ShellState:
     depth: int = 0
     findings: list[Finding] = field(default_factory=list)
     downloaded: set[str] = field(default_factory=set)
+    #: Texts assigned to each variable earlier in the line (`f=~/.ssh/id_rsa`, `for f in …`).
+    values: dict[str, list[str]] = field(default_factory=dict)
+
+    def remember(self, name: str, texts: list[str]) -> None:
+        known = self.values.setdefault(name, [])
+        for text in texts:
+            if text and text != DYNAMIC and text not in known and len(known) < MAX_ALTS:
+                known.append(text)
 
     def add(self, *items: Finding) -> None:
         for item in items:

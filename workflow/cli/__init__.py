@@ -7,7 +7,18 @@ from typing import Annotated
 
 import typer
 
-from workflow.cli import bench, calls, dead, hook, inbox, offline, policy_cmds, web
+from workflow.cli import (
+    backtest,
+    bench,
+    calls,
+    controls,
+    dead,
+    hook,
+    inbox,
+    offline,
+    policy_cmds,
+    web,
+)
 from workflow.cli.common import err_console
 from workflow.cli.serve import serve
 from workflow.errors import HeadgateError
@@ -60,11 +71,15 @@ app.command("mcp-proxy")(hook.mcp_proxy)
 app.command()(offline.classify)
 app.command()(offline.schemas)
 app.command()(policy_cmds.explain)
+app.command()(controls.freeze)
+app.command()(controls.thaw)
+policy_cmds.policy_app.command("backtest")(backtest.backtest)
 app.add_typer(policy_cmds.policy_app, name="policy")
 app.add_typer(policy_cmds.tools_app, name="tools")
 app.add_typer(offline.keys_app, name="keys")
 app.add_typer(offline.audit_app, name="audit")
 app.add_typer(web.web_app, name="web")
+app.add_typer(controls.grants_app, name="grants")
 
 
 def main() -> None:

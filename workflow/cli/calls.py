@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
+from workflow.cli import controls
 from workflow.cli.common import (
     CLI_CONNECT_TIMEOUT,
     DEFAULT_DATA_DIR,
@@ -32,6 +33,8 @@ from workflow.errors import ConfigError, ConnectError, describe_invalid
 from workflow.subjects import Subjects
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from pydantic import ValidationError
     from rich.table import Table
     from rich.text import Text
@@ -51,6 +54,7 @@ if TYPE_CHECKING:
     )
     from workflow.client.errors import NotProcessed, ResultTimeout
     from workflow.client.verify import ShownRequest, check_digest
+    from workflow.controls import GrantScope
     from workflow.messages import (
         DecisionVerdict,
         GetQuery,
@@ -112,6 +116,9 @@ def _runtime() -> None:
 
     globals().update(locals())
 
+
+#: What `--grant` asked for: ttl, scope, command prefix, path glob, any agent, max uses.
+Granting = tuple["timedelta", "GrantScope | None", str | None, str | None, bool, int | None]
 
 EXIT_BLOCKED = 3
 EXIT_PENDING = 4
@@ -304,11 +311,13 @@ def _decide(
     data_dir: Path,
     prefix: str,
     json_out: bool,
+    granting: Granting | None = None,
 ) -> None:
     import asyncio
 
     signer = load_key(key, data_dir)
     subjects = Subjects(prefix)
+    granted: list[str] = []
 
     async def run() -> tuple[bool, str, str]:
         async with connected(nats_url, data_dir) as nc:
@@ -332,13 +341,18 @@ def _decide(
                     what,
                 )
             message = f"{result.message} Request {history.request_id} is now {result.status}."
+            if result.accepted and granting is not None:
+                made = await controls.grant_from(client, history, *granting, reason=reason)
+                granted.append(controls.describe_grant(made))
             return result.accepted, mask_text(message), what
 
     ok, message, what = asyncio.run(run())
     if json_out:
-        print_json({"accepted": ok, "message": message, "request": what})
+        print_json({"accepted": ok, "message": message, "request": what, "grant": granted})
     else:
         console.print(("[green]accepted:[/] " if ok else "[red]refused:[/] ") + escape(message))
+        for line in granted:
+            console.print(f"[green]granted:[/] {escape(line)}")
     if not ok:
         raise typer.Exit(1)
 
@@ -356,20 +370,76 @@ def _what(h: ProposalHistory) -> str:
 
 
 def approve(
-    ident: Annotated[str, typer.Argument(metavar="ID", help="Request id or proposal id.")],
+    ident: Annotated[
+        str | None, typer.Argument(metavar="ID", help="Request id or proposal id.")
+    ] = None,
     reason: Annotated[str, typer.Option("--reason")] = "",
     key: KeyOpt = None,
     approver: Annotated[str | None, typer.Option("--approver", help="Display name.")] = None,
+    grant: Annotated[
+        str | None,
+        typer.Option(
+            "--grant",
+            help="Also allow calls like this one for this long (30m, 1h; at most the policy's "
+            "[grants] max_ttl). Never for a denied, destructive or critical call, or one that "
+            "needs more than one approval.",
+        ),
+    ] = None,
+    scope: controls.ScopeOpt = None,
+    command_prefix: Annotated[
+        str | None,
+        typer.Option("--prefix", help="Command-prefix grant: the words a command starts with."),
+    ] = None,
+    path_glob: Annotated[
+        str | None, typer.Option("--path-glob", help="Path grant: the glob paths must match.")
+    ] = None,
+    any_agent: Annotated[
+        bool, typer.Option("--any-agent", help="The grant covers every agent, not just this one.")
+    ] = False,
+    max_uses: Annotated[
+        int | None, typer.Option("--max-uses", min=1, help="The grant releases at most N calls.")
+    ] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="Approve every pending request the filters match.")
+    ] = False,
+    agent: Annotated[str | None, typer.Option("--agent", help="With --all: this agent.")] = None,
+    tool: Annotated[str | None, typer.Option("--tool", help="With --all: this tool.")] = None,
+    workspace: Annotated[
+        str | None, typer.Option("--workspace", help="With --all: this workspace.")
+    ] = None,
+    risk: Annotated[str | None, typer.Option("--risk", help="With --all: this risk class.")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="With --all: do not ask.")] = False,
     nats_url: NatsUrl = None,
     data_dir: DataDir = DEFAULT_DATA_DIR,
     prefix: Prefix = "headgate",
     json_out: JsonOut = False,
 ) -> None:
-    """Approve a held request, signed with your approver key."""
+    """Approve a held request, signed with your approver key.
+
+    `--grant 1h` also allows calls like it for an hour; `--all` with filters approves every
+    matching pending request (one signed decision each, after confirmation).
+    """
     _runtime()
+    if every:
+        if ident is not None or grant is not None:
+            fail("--all approves the matching requests; it takes no ID and no --grant")
+        controls.approve_all(
+            reason, key, approver, agent, tool, workspace, risk, yes, nats_url, data_dir,
+            prefix, json_out,
+        )  # fmt: skip
+        return
+    if ident is None:
+        fail("name the request to approve (ID), or use --all with filters")
+    granting = None
+    if grant is not None:
+        granting = (controls.parse_ttl(grant), controls.parse_scope(scope), command_prefix,
+                    path_glob, any_agent, max_uses)  # fmt: skip
+    elif scope or command_prefix or path_glob or any_agent or max_uses:
+        fail("--scope, --prefix, --path-glob, --any-agent and --max-uses shape a --grant")
     _decide(
-        ident, DecisionVerdict.APPROVE, reason, key, approver, nats_url, data_dir, prefix, json_out
-    )
+        ident, DecisionVerdict.APPROVE, reason, key, approver, nats_url, data_dir, prefix,
+        json_out, granting,
+    )  # fmt: skip
 
 
 def reject(

@@ -80,7 +80,7 @@ def invite(
     subjects = Subjects(prefix)
     request = WebInvite(
         approver=name, ttl_seconds=seconds, nonce=uuid.uuid4().hex,
-        issued_at=datetime.now(UTC), key=signer.public_key,
+        issued_at=datetime.now(UTC), key=signer.public_key, signature_scheme="rfc8785",
     )  # fmt: skip
     request = request.model_copy(update={"signature": signer.sign(request.signing_payload())})
 

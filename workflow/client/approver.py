@@ -15,7 +15,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,11 @@ from nats.errors import Error as NatsError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from pydantic import ValidationError
 
-from workflow.client import transport
+from workflow.client import controls, transport
 from workflow.client.connection import DEFAULT_CONNECT_TIMEOUT, NatsTarget, Role, resolve_nats
 from workflow.client.display import summarize
 from workflow.client.verify import Decidable, DigestMismatch, check_digest, check_inbox_item
+from workflow.controls import FreezeReply, GrantInfo, GrantScope
 from workflow.errors import ConfigError, ConnectError, HeadgateError
 from workflow.messages import (
     ApprovalDecision,
@@ -415,6 +416,63 @@ class Approver:
                 "pending",
             )  # fmt: skip
         return found
+
+    # ------------------------------------------------------------------ controls
+
+    def _signer(self) -> ApproverKey:
+        if self.key is None:
+            raise ConfigError(f"approver {self.name} has no signing key; it can only read")
+        return self.key
+
+    async def grant(
+        self, request: Decidable, *, ttl: float | timedelta, scope: GrantScope | str | None = None,
+        prefix: Sequence[str] | None = None, path_glob: str | None = None,
+        any_agent: bool = False, max_uses: int | None = None, reason: str = "",
+    ) -> GrantInfo:  # fmt: skip
+        """Allow calls like `request`'s for `ttl` (seconds or a timedelta): by default its
+        own command (as an argv prefix) or its path's directory, for the same agent and
+        workspace. The service checks the grant like an approval of `request`."""
+        check_digest(request.request_id, request.proposal, request.proposal_digest)
+        return await controls.issue_grant(
+            self.nc, self.subjects, self._signer(), self.name, request_id=request.request_id,
+            proposal=request.proposal,
+            ttl=ttl if isinstance(ttl, timedelta) else timedelta(seconds=ttl),
+            now=self.clock(), scope=GrantScope(scope) if scope else None, prefix=prefix,
+            path_glob=path_glob, any_agent=any_agent, max_uses=max_uses, reason=reason,
+        )  # fmt: skip
+
+    async def grants(self, *, every: bool = False) -> list[GrantInfo]:
+        """The grants in force (with `every`, also the expired, used-up and revoked ones)."""
+        return await controls.list_grants(self.nc, self.subjects, every=every)
+
+    async def revoke(self, grant_id: str, reason: str = "") -> GrantInfo:
+        """Revoke a grant: it releases nothing from the next proposal on."""
+        return await controls.revoke_grant(
+            self.nc, self.subjects, self._signer(), self.name, grant_id, now=self.clock(),
+            reason=reason,
+        )  # fmt: skip
+
+    async def freeze(
+        self, *, agent: str | None = None, workspace: str | None = None,
+        all_calls: bool = False, reason: str = "",
+    ) -> FreezeReply:  # fmt: skip
+        """Hold every consequential call of `agent` and/or `workspace` (neither: everything;
+        `all_calls`: reads too) until the thaw."""
+        return await controls.order_freeze(
+            self.nc, self.subjects, self._signer(), self.name, thaw=False, now=self.clock(),
+            agent=agent, workspace=workspace, all_calls=all_calls, reason=reason,
+        )  # fmt: skip
+
+    async def thaw(self, *, agent: str | None = None, workspace: str | None = None,
+                   reason: str = "") -> FreezeReply:  # fmt: skip
+        """Lift the freezes of exactly this scope."""
+        return await controls.order_freeze(
+            self.nc, self.subjects, self._signer(), self.name, thaw=True, now=self.clock(),
+            agent=agent, workspace=workspace, reason=reason,
+        )  # fmt: skip
+
+    async def freezes(self) -> FreezeReply:
+        return await controls.list_freezes(self.nc, self.subjects)
 
 
 def _trusted_item(

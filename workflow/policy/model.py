@@ -31,6 +31,7 @@ from workflow.policy.requirement import ApprovalSpec
 from workflow.policy.schema import (
     DEFAULT_CLASS_DECISIONS,
     Approver,
+    GrantLimits,
     Layer,
     LockEntry,
     Rule,
@@ -80,6 +81,9 @@ class Policy(Strict):
     classifier: ClassifierTables = Field(default_factory=ClassifierTables)
     notify: NotifyConfig = Field(
         default_factory=NotifyConfig, description="Notification channels and routes."
+    )
+    grants: GrantLimits = Field(
+        default_factory=GrantLimits, description="Approvers' grants: the longest they last."
     )
 
     @model_validator(mode="after")

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from workflow.classify.tables import ToolRule
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 from workflow.messages import Decision
+from workflow.policy.durations import Duration
 from workflow.policy.requirement import ApprovalSpec, Role
 from workflow.signing import decode_user_key
 
@@ -189,3 +190,12 @@ class ToolMatch:
 def fingerprint(server: str, dhash: str) -> str:
     """Same server kind + same definition = same tool, whatever a connection calls it."""
     return f"{server}:{dhash}"
+
+
+class GrantLimits(Strict):
+    """`[grants]`: how far an approver's grant may reach."""
+
+    enabled: bool = Field(default=True, description="false: grants are refused and unused.")
+    max_ttl: Duration = Field(
+        default=8 * 3600, description="The longest a grant may last (a grant always expires)."
+    )

@@ -145,18 +145,30 @@ class Auditor:
             raise Unprocessable(f"invalid execution report: {describe_invalid(exc)}") from exc
         agent = ctx.subjects.token_after(msg.subject, "executed")
         now = ctx.now()
-        released = await ctx.store.executions.release_exists(report.proposal_id, report.release_id)
-        if agent != report.agent or not released:
-            why = (
-                f"agent {agent} reported for agent {report.agent}"
-                if agent != report.agent
-                else f"no release {report.release_id} of proposal {report.proposal_id} exists: "
-                "the call ran without a release"
+        owner = await ctx.store.executions.released_to(report.proposal_id, report.release_id)
+        refusal: tuple[str, str] | None = None
+        if agent != report.agent:
+            refusal = ("executed.unreleased", f"agent {agent} reported for agent {report.agent}")
+        elif owner is None:
+            refusal = (
+                "executed.unreleased",
+                f"no release {report.release_id} of proposal {report.proposal_id} exists: "
+                "the call ran without a release",
             )
+        elif owner != agent:
+            # Release ids are derived from proposal ids, so another agent can name one: only
+            # the agent the call was released to may say what happened when it ran.
+            refusal = (
+                "executed.refused",
+                f"agent {agent} reported the release {report.release_id}, which was released "
+                f"to agent {owner}; only that agent may report it",
+            )
+        if refusal is not None:
+            kind, why = refusal
             await ctx.store.audit.append(
                 [
                     AuditEntry(
-                        "executed.unreleased",
+                        kind,
                         agent or "?",
                         {"message": why, "report": report.model_dump(mode="json")},
                         report.proposal_id,
@@ -165,6 +177,11 @@ class Auditor:
                 now,
             )
             return
+        data = {
+            "release_id": report.release_id,
+            "success": report.success,
+            "summary": report.summary,
+        }
         await ctx.store.executions.record(
             ExecutionRecord(
                 release_id=report.release_id,
@@ -174,14 +191,11 @@ class Auditor:
                 summary=report.summary,
                 finished_at=report.finished_at,
             ),
+            AuditEntry("executed", report.agent, data, report.proposal_id),
             AuditEntry(
-                "executed",
+                "executed.repeated",
                 report.agent,
-                {
-                    "release_id": report.release_id,
-                    "success": report.success,
-                    "summary": report.summary,
-                },
+                {**data, "message": f"the release {report.release_id} was already reported"},
                 report.proposal_id,
             ),
             now,

@@ -25,6 +25,16 @@ from faststream import AckPolicy
 from faststream.nats import JStream, NatsBroker, PullSub
 from pydantic import BaseModel
 
+from workflow.controls import (
+    FreezeOrder,
+    FreezeReply,
+    FreezesQuery,
+    GrantInfo,
+    GrantIssue,
+    GrantRevoke,
+    GrantsQuery,
+    GrantsReply,
+)
 from workflow.messages import (
     ApiError,
     ApprovalDecision,
@@ -52,7 +62,7 @@ from workflow.messages import (
     WebInvite,
     WebInviteReply,
 )
-from workflow.service import api, web_api
+from workflow.service import api, controls_api, web_api
 from workflow.service.background import Auditor
 from workflow.service.context import ServiceContext
 from workflow.service.streams import service_consumers
@@ -104,6 +114,18 @@ WEB_QUERIES = (
              "Store a verified passkey for an invitation's approver (the web inbox)."),
     WebQuery("passkey", PasskeyQuery, PasskeyInfo,
              "A registered passkey and what its approver may do (the web inbox)."),
+)  # fmt: skip
+
+CONTROL_QUERIES = (
+    WebQuery("grant.issue", GrantIssue, GrantInfo,
+             "Store an approver's signed grant made from a held request (checked like an "
+             "approval, audited)."),
+    WebQuery("grant.list", GrantsQuery, GrantsReply, "The grants in force, or every one."),
+    WebQuery("grant.revoke", GrantRevoke, GrantInfo,
+             "Revoke a grant (signed); it releases nothing from the next proposal on."),
+    WebQuery("freeze", FreezeOrder, FreezeReply,
+             "Freeze or thaw a scope (signed): every consequential call in it is held."),
+    WebQuery("freezes", FreezesQuery, FreezeReply, "The freezes in force."),
 )  # fmt: skip
 
 #: What each batch stage reads (by consumer), for the document: subject kind -> message.
@@ -159,6 +181,8 @@ def build_app(
 
     for web in WEB_QUERIES:
         _web_api(broker, subjects, web, current, message)
+    for control in CONTROL_QUERIES:
+        _control_api(broker, subjects, control, current, message)
 
     auditors: dict[int, Auditor] = {}
 
@@ -226,6 +250,25 @@ def _web_api(
         subjects.api_web(query.name),
         queue=QUEUE,
         title=f"api.web.{query.name}",
+        description=f"{query.description} Errors answer as {ApiError.__name__}.",
+    )(respond)
+
+
+def _control_api(
+    broker: NatsBroker,
+    subjects: Subjects,
+    query: WebQuery,
+    current: Callable[[], ServiceContext],
+    message: Callable[[], Any],
+) -> None:
+    async def respond(body: Any) -> bytes:
+        return await controls_api.answer(current(), query.name, message().data)
+
+    respond.__annotations__ = {"body": query.model, "return": query.reply}
+    broker.subscriber(
+        subjects.api_control(query.name),
+        queue=QUEUE,
+        title=f"api.{query.name}",
         description=f"{query.description} Errors answer as {ApiError.__name__}.",
     )(respond)
 

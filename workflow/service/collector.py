@@ -1,19 +1,24 @@
 """The decision collector: verify → authorise → apply the approval state machine → commit.
 
-Each decision changes one request, so the decisions of a batch are applied one at a time, each
-in its own transaction with an optimistic version check: two approvals racing from two replicas
-cannot both count, and the one that loses simply re-reads the request and applies again. The
-events they cause are published as each commits; the batch then waits once for JetStream to
-confirm them all and acks each decision whose events are stored.
+The decisions and cancels of one fetched batch are planned one after the other (each reads its
+request and computes its step) and committed together in one transaction, as the intake does
+with its batches; the writer serves that transaction before any intake batch waiting for it
+(`Database.transact(urgent=True)`): a person's approval does not queue behind a flood of reads.
+Two messages of one batch that touch the same request, nonce or passkey are not planned on
+stale reads: the batch so far is committed first. Each step keeps its optimistic version check:
+when another replica moved one of the requests meanwhile, the batch's transaction commits
+nothing and its messages are applied one by one, each re-reading its request. The events are
+published after the commit; the batch then waits once for JetStream to confirm them all and
+acks each message whose events are stored.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,6 +36,7 @@ from workflow.approvals import (
     cancel,
     settle,
 )
+from workflow.canonical import scheme_problem
 from workflow.classify.engine import classify
 from workflow.effects import AuditEntry, DecisionRecord, OutboxEvent, StepWrite
 from workflow.errors import describe_invalid
@@ -40,11 +46,13 @@ from workflow.messages import (
     Classification,
     Proposal,
     Verdict,
+    is_token,
     signed_text,
 )
 from workflow.outcomes import Outcome, RequestState
 from workflow.passkeys import Passkey, proof, verify_decision_at
 from workflow.policy.engine import recheck
+from workflow.policy.freeze import freezing
 from workflow.policy.model import Policy
 from workflow.routing import SERVICE_ACTOR, closing_effects, reopened_audit
 from workflow.service.context import ServiceContext
@@ -60,7 +68,31 @@ STAGE = "collector"
 MAX_RACES = 8
 
 
-Apply = Callable[[Msg], Awaitable[list[OutboxEvent]]]
+After = Callable[[], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class Planned:
+    """What one decision or cancel comes to, before its commit."""
+
+    now: datetime
+    #: What to commit; None: nothing (a redelivery of a message applied before).
+    write: StepWrite | None = None
+    #: Events to publish when there is nothing to commit (a redelivery's events).
+    events: list[OutboxEvent] = field(default_factory=list)
+    #: The requests, nonces and passkeys it read: another message of the batch touching one
+    #: of them must be planned after this one is committed.
+    keys: frozenset[str] = frozenset()
+    #: Run once the write is committed (metrics, log, a passkey's counter).
+    committed: After | None = None
+    #: Run instead when the commit found its nonce used meanwhile (a replay race).
+    replayed: After | None = None
+
+    def to_publish(self) -> list[OutboxEvent]:
+        return self.write.events if self.write is not None else self.events
+
+
+Plan = Callable[[Msg], Awaitable[Planned]]
 
 
 def _stored_signature(decision: ApprovalDecision) -> str | None:
@@ -93,22 +125,21 @@ class Collector:
         self.settle = Settle(STAGE, ctx.dead, ctx.retry, ctx.metrics)
 
     async def __call__(self, msgs: Sequence[Msg]) -> None:
+        batch: list[tuple[Msg, Planned]] = []
+        keys: set[str] = set()
         sent: list[tuple[Msg, Sent]] = []
-        for i, msg in enumerate(msgs):
-            if i:
-                # On SQLite a decision's reads and commit never suspend: let the intake's
-                # batches in between decisions, not after the whole batch of them.
-                await asyncio.sleep(0)
-            try:
-                if self.ctx.subjects.token_after(msg.subject, "cancel") is not None:
-                    events = await self._with_retries(self._cancel, msg)
-                else:
-                    events = await self._with_retries(self._decision, msg)
-                sent.append((msg, await send_events(self.ctx.js, events)))
-            except Unprocessable as exc:
-                await self.settle.unprocessable(msg, str(exc))
-            except Exception as exc:
-                await self._failed(msg, str(exc))
+        for msg in msgs:
+            planned = await self._planned(msg)
+            if planned is not None and planned.keys & keys:
+                # It read what a message planned before it changes: commit those first, then
+                # plan it again on what they wrote.
+                sent += await self._commit(batch)
+                batch, keys = [], set()
+                planned = await self._planned(msg)
+            if planned is not None:
+                batch.append((msg, planned))
+                keys |= planned.keys
+        sent += await self._commit(batch)
         for msg, published in sent:
             try:
                 ids = await published.confirmed()
@@ -119,6 +150,81 @@ class Collector:
             await self.settle.ack(msg)
             self.ctx.marker.add(ids)
 
+    def _plan_for(self, msg: Msg) -> Plan:
+        if self.ctx.subjects.token_after(msg.subject, "cancel") is not None:
+            return self._cancel
+        return self._decision
+
+    async def _planned(self, msg: Msg) -> Planned | None:
+        """The plan of one message; None when it was settled instead (dead-lettered or
+        retried later)."""
+        try:
+            return await self._plan_for(msg)(msg)
+        except Unprocessable as exc:
+            await self.settle.unprocessable(msg, str(exc))
+        except Exception as exc:
+            await self._failed(msg, str(exc))
+        return None
+
+    async def _commit(self, batch: list[tuple[Msg, Planned]]) -> list[tuple[Msg, Sent]]:
+        """Commit a batch's plans in one transaction, run what follows each commit, send the
+        events; returns the messages whose events were sent."""
+        if not batch:
+            return []
+        writes = [(p.write, p.now) for _, p in batch if p.write is not None]
+        try:
+            results = iter(await self.ctx.store.requests.commit_steps(writes))
+        except ConcurrentUpdate:
+            # Another replica moved one of these requests: nothing was committed. Apply each
+            # message alone, re-reading its request, as when it races on its own.
+            return [got for msg, _ in batch if (got := await self._alone(msg)) is not None]
+        except Exception as exc:
+            for msg, _ in batch:
+                await self._failed(msg, str(exc))
+            return []
+        sent: list[tuple[Msg, Sent]] = []
+        for msg, planned in batch:
+            ok = next(results) if planned.write is not None else True
+            got = await self._after(msg, planned, ok)
+            if got is not None:
+                sent.append(got)
+        return sent
+
+    async def _alone(self, msg: Msg) -> tuple[Msg, Sent] | None:
+        """Plan and commit one message in a transaction of its own, again when it races."""
+        try:
+            for _ in range(MAX_RACES):
+                planned = await self._plan_for(msg)(msg)
+                try:
+                    ok = (
+                        await self.ctx.store.requests.commit_step(planned.write, planned.now)
+                        if planned.write is not None
+                        else True
+                    )
+                except ConcurrentUpdate:
+                    continue
+                return await self._after(msg, planned, ok)
+            raise RuntimeError(f"request changed {MAX_RACES} times while applying {msg.subject}")
+        except Unprocessable as exc:
+            await self.settle.unprocessable(msg, str(exc))
+        except Exception as exc:
+            await self._failed(msg, str(exc))
+        return None
+
+    async def _after(self, msg: Msg, planned: Planned, ok: bool) -> tuple[Msg, Sent] | None:
+        """What follows one message's commit: its hooks, then its events on their way."""
+        try:
+            if not ok:
+                if planned.replayed is not None:
+                    await planned.replayed()
+                return msg, await send_events(self.ctx.js, [])
+            if planned.committed is not None:
+                await planned.committed()
+            return msg, await send_events(self.ctx.js, planned.to_publish())
+        except Exception as exc:
+            await self._failed(msg, str(exc))
+            return None
+
     async def _failed(self, msg: Msg, error: str) -> None:
         token = self.ctx.subjects.token_after(msg.subject, "decisions")
         log.warning(
@@ -128,15 +234,6 @@ class Collector:
             extra={"request_id": token, "stage": STAGE},
         )
         await self.settle.failed(msg, error)
-
-    async def _with_retries(self, fn: Apply, msg: Msg) -> list[OutboxEvent]:
-        """Apply `msg`; returns the events to publish (committed with the change)."""
-        for _ in range(MAX_RACES):
-            try:
-                return await fn(msg)
-            except ConcurrentUpdate:
-                continue
-        raise RuntimeError(f"request changed {MAX_RACES} times while applying {msg.subject}")
 
     async def _parts(
         self, proposal_id: str
@@ -153,7 +250,7 @@ class Collector:
         )
 
     # ------------------------------------------------------------------ decisions
-    async def _decision(self, msg: Msg) -> list[OutboxEvent]:
+    async def _decision(self, msg: Msg) -> Planned:
         ctx = self.ctx
         try:
             raw = json.loads(msg.data)
@@ -164,27 +261,35 @@ class Collector:
         try:
             decision = ApprovalDecision.model_validate(raw)
         except ValidationError as exc:
-            raise Unprocessable(f"invalid decision: {describe_invalid(exc)}") from exc
+            error = f"invalid decision: {describe_invalid(exc)}"
+            await self._refuse_invalid(raw, error)
+            raise Unprocessable(error) from exc
         now = ctx.now()
         token = ctx.subjects.token_after(msg.subject, "decisions")
         if token != decision.request_id:
-            await self._refuse_unapplied(
+            return await self._unapplied(
                 decision, f"The decision for {decision.request_id} arrived on {msg.subject}."
             )
-            return []
         loaded = await ctx.store.requests.load(decision.request_id)
         if loaded is None:
-            await self._refuse_unapplied(
+            return await self._unapplied(
                 decision, f"There is no approval request {decision.request_id}."
             )
-            return []
         held, version = loaded
         seen, signature = await ctx.store.requests.nonce_signature(decision.nonce)
         stored_signature = _stored_signature(decision)
+        keys = frozenset(
+            (f"request:{held.request_id}", f"nonce:{decision.nonce}")
+            + ((f"passkey:{decision.passkey.credential_id}",) if decision.passkey else ())
+        )
         if seen and signature == stored_signature is not None and attempts(msg) > 1:
-            # This very message was applied before (a redelivery after a crash): re-publish
-            # what it caused. The same decision arriving as a new message is a replay.
-            return await ctx.store.outbox.events_for([held.proposal_id])
+            # The redelivery of a message whose effects were committed (after a crash or a
+            # failed publish): re-send what JetStream may not have stored, the events not yet
+            # confirmed. Never the confirmed ones: a replayed copy that happens to be
+            # redelivered must not hand subscribers a second release. The same decision
+            # arriving as a new message is a replay, refused below.
+            events = await ctx.store.outbox.unconfirmed_for([held.proposal_id])
+            return Planned(now, events=events, keys=keys)
         used: tuple[str, int] | None = None
         if decision.passkey is not None:
             check, used = await self._passkey_check(raw, decision, seen)
@@ -194,8 +299,12 @@ class Collector:
                 approver=ctx.policy.approver_by_key(decision.key) if decision.key else None,
                 nonce_seen=seen,
                 signed_text=signed_text(raw),
+                problem=scheme_problem(raw),
             )
-        step = apply_decision(held, decision, check, now=now)
+        # A request under a freeze stays pending: its approvals wait for the thaw.
+        freeze = freezing(held.agent, held.workspace, await ctx.store.grants.freezes(), read=False)
+        frozen = f"Frozen: {freeze.describe()}." if freeze is not None else None
+        step = apply_decision(held, decision, check, now=now, frozen=frozen)
         write = StepWrite(
             request_id=held.request_id,
             expected_version=version if (step.accepted or step.closed) else None,
@@ -235,14 +344,27 @@ class Collector:
             await self._close(held, step, write)
             if write.new_state is RequestState.PENDING:
                 write.new_state = None  # still pending, with the raised requirement
-        if not await ctx.store.requests.commit_step(write, now):
+
+        async def replayed() -> None:
             # The nonce was recorded by someone else in between: this copy is a replay.
             await self._refuse_unapplied(decision, f"The nonce {decision.nonce} was already used.")
-            return []
-        if used is not None:
-            # After the commit: a crash in between leaves the counter behind, which the next
-            # assertion (counting higher) repairs, while the nonce already refuses this one.
-            await ctx.store.passkeys.used(*used, now)
+
+        async def committed() -> None:
+            if used is not None:
+                # After the commit: a crash in between leaves the counter behind, which the
+                # next assertion (counting higher) repairs, while the nonce already refuses
+                # this one.
+                await ctx.store.passkeys.used(*used, now)
+            self._decided(decision, held, step, write, now)
+
+        return Planned(now, write, keys=keys, committed=committed, replayed=replayed)
+
+    def _decided(
+        self, decision: ApprovalDecision, held: HeldRequest, step: Step, write: StepWrite,
+        now: datetime,
+    ) -> None:  # fmt: skip
+        """Count and log a committed decision."""
+        ctx = self.ctx
         if step.accepted:
             ctx.metrics.decisions.labels(decision.verdict).inc()
             held_at = held.expires_at - timedelta(seconds=held.requirement.ttl_seconds)
@@ -263,7 +385,6 @@ class Collector:
             },
         )
         self._count_outcome(held, write, now)
-        return write.events
 
     async def _passkey_check(
         self, raw: dict[str, Any], decision: ApprovalDecision, seen: bool
@@ -324,6 +445,8 @@ class Collector:
         if isinstance(settled, Reopen):
             write.new_state = RequestState.PENDING
             write.requirement = settled.requirement.model_dump_json()
+            if settled.expires_at != held.expires_at:
+                write.expires_at = settled.expires_at
             write.audit.append(reopened_audit(held, settled))
             return
         outcome = settled.outcome
@@ -342,7 +465,30 @@ class Collector:
         write.events.append(event)
         write.audit.append(audit)
 
+    async def _refuse_invalid(self, raw: dict[str, Any], error: str) -> None:
+        """A decision that is not valid (a naive timestamp, a field too long, …) is refused at
+        once with the reason, audited under the request it names (when that can be read):
+        it changes nothing, and retrying it could not make it valid."""
+        approver, request_id = raw.get("approver"), raw.get("request_id")
+        name = approver[:128] if isinstance(approver, str) else "?"
+        entry = AuditEntry(
+            kind="decision.refused",
+            actor=f"unverified:{name}",
+            request_id=request_id if is_token(request_id) else None,
+            data={"refusal": "invalid", "message": f"The decision is {error}."},
+        )
+        await self.ctx.store.audit.append([entry], self.ctx.now())
+        self.ctx.metrics.refused.labels("invalid").inc()
+
     async def _refuse_unapplied(self, decision: ApprovalDecision, message: str) -> None:
+        """`_unapplied`, committed on its own."""
+        planned = await self._unapplied(decision, message)
+        assert planned.write is not None
+        assert planned.committed is not None
+        await self.ctx.store.requests.commit_step(planned.write, planned.now)
+        await planned.committed()
+
+    async def _unapplied(self, decision: ApprovalDecision, message: str) -> Planned:
         """A decision that does not reach any request: recorded, and it changes nothing."""
         ctx = self.ctx
         now = ctx.now()
@@ -370,11 +516,15 @@ class Collector:
                 data={"nonce": decision.nonce, "key": decision.key, "message": message},
             )
         )
-        await ctx.store.requests.commit_step(write, now)
-        ctx.metrics.refused.labels("unknown_request").inc()
+
+        async def committed() -> None:
+            ctx.metrics.refused.labels("unknown_request").inc()
+
+        keys = frozenset((f"request:{decision.request_id}", f"nonce:{decision.nonce}"))
+        return Planned(now, write, keys=keys, committed=committed)
 
     # ------------------------------------------------------------------ cancellation
-    async def _cancel(self, msg: Msg) -> list[OutboxEvent]:
+    async def _cancel(self, msg: Msg) -> Planned:
         ctx = self.ctx
         try:
             request = Cancel.model_validate_json(msg.data)
@@ -389,11 +539,11 @@ class Collector:
                 if agent != request.agent
                 else f"there is no held request for proposal {request.proposal_id}"
             )
-            await ctx.store.audit.append(
-                [AuditEntry("cancel.refused", agent or "?", {"message": why}, request.proposal_id)],
-                now,
+            refused = StepWrite(request_id=request.proposal_id, expected_version=None)
+            refused.audit.append(
+                AuditEntry("cancel.refused", agent or "?", {"message": why}, request.proposal_id)
             )
-            return []
+            return Planned(now, refused, keys=frozenset((f"request:{request.proposal_id}",)))
         held, version = loaded
         step = cancel(held, agent=agent, reason=request.reason)
         write = StepWrite(
@@ -412,9 +562,12 @@ class Collector:
         )
         if step.closed is not None:
             await self._close(held, step, write)
-        await ctx.store.requests.commit_step(write, now)
-        self._count_outcome(held, write, now)
-        return write.events
+
+        async def committed() -> None:
+            self._count_outcome(held, write, now)
+
+        keys = frozenset((f"request:{held.request_id}", f"request:{held.proposal_id}"))
+        return Planned(now, write, keys=keys, committed=committed)
 
     def _count_outcome(self, held: HeldRequest, write: StepWrite, now: datetime) -> None:
         if write.outcome is None:

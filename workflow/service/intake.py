@@ -8,10 +8,11 @@ added guarantee (the router is the pure `workflow.routing.route`, tested on its 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import httpx
 from nats.aio.msg import Msg
@@ -20,17 +21,28 @@ from pydantic import ValidationError
 from workflow.classify.engine import classify
 from workflow.effects import AuditEntry, IntakeRecord, OutboxEvent
 from workflow.errors import describe_invalid
-from workflow.messages import Classification, Proposal
+from workflow.messages import Classification, Decision, Proposal, Verdict
 from workflow.policy.engine import evaluate
-from workflow.routing import SERVICE_ACTOR, intake_events, route
+from workflow.policy.freeze import frozen_verdict
+from workflow.policy.grants import GrantTerms, grant_release
+from workflow.routing import SERVICE_ACTOR, intake_events, invalid_answer, route
 from workflow.service.context import ServiceContext
 from workflow.service.model_check import model_check
 from workflow.service.publishing import publish_events
+from workflow.service.pull import attempts
 from workflow.service.stage import Settle, Unprocessable
+from workflow.service.streams import DUPLICATE_WINDOW
 from workflow.service.tracing import span_headers, trace_headers
 
 log = logging.getLogger("headgate.intake")
+
+#: A proposal of the batch with its classification, verdict and the audit entries it adds.
+Evaluated = tuple[Msg, Proposal, Classification, Verdict, list[AuditEntry]]
 STAGE = "intake"
+#: How long after its first commit a redelivered proposal still re-sends its events: well
+#: inside the streams' duplicate window (retries back off for well under a minute), so a
+#: re-send JetStream had already stored is always dropped as a duplicate.
+REDELIVERY_HORIZON = DUPLICATE_WINDOW - 60.0
 
 
 class Intake:
@@ -46,15 +58,15 @@ class Intake:
             self._http = None
 
     def _classify(self, msg: Msg) -> tuple[Proposal, Classification]:
-        """The proposal and its classification; `Unprocessable` when it can never be."""
+        """The proposal and its classification; `Invalid` when it can never be."""
         ctx = self.ctx
         agent = ctx.subjects.token_after(msg.subject, "proposals")
         try:
             proposal = Proposal.model_validate_json(msg.data)
         except ValidationError as exc:
-            raise Unprocessable(f"invalid proposal: {describe_invalid(exc)}") from exc
+            raise Invalid(f"invalid proposal: {describe_invalid(exc)}") from exc
         if agent is None or proposal.agent != agent:
-            raise Unprocessable(
+            raise Invalid(
                 f"the proposal names agent {proposal.agent!r} but arrived on {msg.subject}; "
                 "an agent may only propose as itself"
             )
@@ -62,12 +74,17 @@ class Intake:
         return proposal, classify(proposal, tables)
 
     def _route(
-        self, msg: Msg, proposal: Proposal, classification: Classification, now: datetime
+        self,
+        msg: Msg,
+        proposal: Proposal,
+        classification: Classification,
+        verdict: Verdict,
+        audit: list[AuditEntry],
+        now: datetime,
     ) -> IntakeRecord:
         ctx = self.ctx
         policy = ctx.policy
         definition = proposal.tool_definition
-        verdict = evaluate(proposal, classification, policy)
         trace = trace_headers(msg.headers)
         if trace:
             trace = span_headers(
@@ -76,6 +93,7 @@ class Intake:
         record = route(
             ctx.subjects, proposal, msg.data.decode(), classification, verdict, now, trace
         )
+        record.audit.extend(audit)
         if definition is not None and definition.server:
             match = policy.tool_entry(proposal.tool, definition)
             if match is not None and match.inherited:
@@ -116,18 +134,35 @@ class Intake:
         classified: list[tuple[Msg, Proposal, Classification]] = []
         good: list[tuple[Msg, IntakeRecord]] = []
         bad: list[tuple[Msg, str]] = []
+        invalid: list[tuple[Msg, str]] = []
         for msg in msgs:
             try:
                 classified.append((msg, *self._classify(msg)))
-            except Unprocessable as exc:
-                bad.append((msg, str(exc)))
+            except Invalid as exc:
+                invalid.append((msg, str(exc)))
             except Exception as exc:  # a bug must not lose the message: retry, then dead-letter
                 log.exception("intake: unexpected error on %s", msg.subject)
                 await self.settle.failed(msg, f"internal error: {exc!r}")
         now = self.ctx.now()  # one batch, one moment: its rows share the timestamp
+        evaluated: list[Evaluated] = []
         for msg, proposal, classification in await self._model_checked(classified):
             try:
-                good.append((msg, self._route(msg, proposal, classification, now)))
+                verdict = evaluate(proposal, classification, self.ctx.policy)
+                evaluated.append((msg, proposal, classification, verdict, []))
+            except Exception as exc:
+                log.exception("intake: unexpected error on %s", msg.subject)
+                await self.settle.failed(msg, f"internal error: {exc!r}")
+        try:
+            evaluated = await self._controls(evaluated, now)
+        except Exception as exc:
+            # Freezes and grants unknown: nothing may be decided without them.
+            log.warning("intake: reading freezes and grants failed (%s); will retry", exc)
+            for msg, *_ in evaluated:
+                await self.settle.failed(msg, f"reading freezes and grants failed: {exc}")
+            evaluated = []
+        for msg, proposal, classification, verdict, audit in evaluated:
+            try:
+                good.append((msg, self._route(msg, proposal, classification, verdict, audit, now)))
             except Exception as exc:
                 log.exception("intake: unexpected error on %s", msg.subject)
                 await self.settle.failed(msg, f"internal error: {exc!r}")
@@ -138,6 +173,70 @@ class Intake:
             await self.settle.ack(msg)
         for msg, error in bad:
             await self.settle.unprocessable(msg, error)
+        for msg, error in invalid:
+            await self._answer_invalid(msg, error, now)
+
+    async def _answer_invalid(self, msg: Msg, error: str, now: datetime) -> None:
+        """Tell the agent its proposal was not accepted (a `blocked` event, `invalid`, when
+        the id can be read: the agent waits on it), then dead-letter the input. The answer is
+        confirmed first: if it cannot be published the message is retried, not dropped."""
+        agent = self.ctx.subjects.token_after(msg.subject, "proposals")
+        answer = (
+            invalid_answer(self.ctx.subjects, agent, msg.data, _sentence(error), now, _key(msg))
+            if agent is not None
+            else None
+        )
+        if answer is not None:
+            try:
+                await publish_events(self.ctx.js, [answer])
+            except Exception as exc:
+                await self.settle.failed(msg, f"answering the invalid proposal failed: {exc}")
+                return
+        await self.settle.unprocessable(msg, error)
+
+    async def _controls(self, items: list[Evaluated], now: datetime) -> list[Evaluated]:
+        """The freezes and grants in force, applied to the batch's verdicts.
+
+        A freeze holds every consequential call in its scope, whatever its verdict would
+        release (`policy.freeze`); otherwise a grant may release a call held for one approval
+        (`policy.grants`), once its use is claimed in the store (atomically, across replicas).
+        Both are read from the database once per batch, so a freeze, a thaw or a revocation
+        takes effect on every replica from the next batch on.
+        """
+        ctx = self.ctx
+        policy = ctx.policy
+        store = ctx.store.grants
+        freezes = await store.freezes()
+        held = [i for i in items if i[3].decision is Decision.REQUIRE_APPROVAL]
+        grants = await store.live(now) if held and policy.grants.enabled else []
+        out: list[Evaluated] = []
+        for msg, proposal, classification, verdict, audit in items:
+            requirement = policy.class_requirements[classification.risk_class]
+            frozen = frozen_verdict(proposal, classification, verdict, freezes, requirement)
+            if frozen is not None:
+                audit.append(
+                    AuditEntry(
+                        kind="freeze.held",
+                        actor=SERVICE_ACTOR,
+                        proposal_id=proposal.id,
+                        data={"reason": frozen.reason, "decision": verdict.decision.value},
+                    )
+                )
+                out.append((msg, proposal, classification, frozen, audit))
+                continue
+            candidates = list(grants)
+            while candidates:
+                found = grant_release(proposal, classification, verdict, candidates, policy, now)
+                if found is None:
+                    break
+                if await store.claim(found.grant.grant_id, proposal.id, now):
+                    verdict = found.verdict
+                    audit.append(_grant_used(proposal, found.grant))
+                    break
+                # Used up, revoked or expired since it was read: the next one may do.
+                candidates = [g for g in candidates if g.grant_id != found.grant.grant_id]
+            out.append((msg, proposal, classification, verdict, audit))
+        return out
 
     async def _publish(
         self, good: Sequence[tuple[Msg, IntakeRecord]], events: list[OutboxEvent], now: datetime
@@ -169,9 +268,14 @@ class Intake:
     ) -> tuple[list[tuple[Msg, IntakeRecord]], list[OutboxEvent]]:
         """Write the batch in one transaction; returns the messages to ack and events to send.
 
-        A proposal id seen before with the same digest is a redelivery or a duplicate publish:
-        its events are rebuilt from the stored row and sent again (JetStream drops them as
-        duplicates if they arrived).
+        A proposal id seen before with the same digest is a redelivery or a duplicate publish.
+        Only a redelivery (of the message whose commit may not have been followed by its
+        publish) has its events rebuilt from the stored row and sent again, and only inside
+        the streams' duplicate window (JetStream drops what had arrived). A fresh copy of a
+        recorded proposal sends nothing: its events were confirmed before the first copy was
+        acked, or are in the outbox, or come with the first copy's redelivery; re-sending them
+        would hand every core subscriber a second `released` event, and past the duplicate
+        window the results stream would store one.
         The same id with another digest is a conflict and goes to `bad`.
         """
         ctx = self.ctx
@@ -186,6 +290,7 @@ class Intake:
         events: list[OutboxEvent] = []
         digests: dict[str, str] = {}
         republish: list[str] = []
+        duplicates = 0
         keep: list[tuple[Msg, IntakeRecord]] = []
         for msg, rec in good:
             digest = rec.proposal.digest
@@ -202,10 +307,11 @@ class Intake:
                 )
                 continue
             keep.append((msg, rec))
-            if first:
-                if rec.id in result.new:
-                    events.extend(rec.events)
-                else:
+            if first and rec.id in result.new:
+                events.extend(rec.events)
+            elif rec.id not in result.new:
+                duplicates += 1
+                if attempts(msg) > 1 and rec.id not in republish:
                     republish.append(rec.id)
         # Counted per batch: a labelled counter costs a lookup and a lock per increment.
         classes = Counter(
@@ -222,12 +328,47 @@ class Intake:
             ctx.metrics.proposals.labels(risk_class, decision).inc(n)
         for outcome, n in outcomes.items():
             ctx.metrics.outcomes.labels(outcome).inc(n)
-        ctx.metrics.duplicates.inc(len(republish))
+        ctx.metrics.duplicates.inc(duplicates)
         if republish:
+            horizon = now - timedelta(seconds=REDELIVERY_HORIZON)
             for row in await ctx.store.proposals.stored(republish):
-                events.extend(intake_events(ctx.subjects, row))
+                if row.received_at > horizon:
+                    events.extend(intake_events(ctx.subjects, row))
         return keep, events
 
     async def _retry(self, good: Sequence[tuple[Msg, IntakeRecord]], error: str) -> None:
         for msg, _ in good:
             await self.settle.failed(msg, error)
+
+
+class Invalid(Unprocessable):
+    """The message is not a proposal its agent may make: dead-lettered, and the agent is
+    answered with a `blocked` event (`invalid`) when the proposal id can be read."""
+
+
+def _sentence(error: str) -> str:
+    """The validation error as the reason an agent reads: a sentence."""
+    text = error[:1].upper() + error[1:]
+    return text if text.endswith(".") else f"{text}."
+
+
+def _key(msg: Msg) -> str:
+    """What identifies the input message (its stream and sequence): its answer's dedup key."""
+    try:
+        return f"{msg.metadata.stream}:{msg.metadata.sequence.stream}"
+    except Exception:  # not a JetStream message
+        return hashlib.sha256(msg.data).hexdigest()[:24]
+
+
+def _grant_used(proposal: Proposal, grant: GrantTerms) -> AuditEntry:
+    return AuditEntry(
+        kind="grant.used",
+        actor=grant.approver,
+        proposal_id=proposal.id,
+        data={
+            "grant_id": grant.grant_id,
+            "use": grant.uses + 1,
+            "max_uses": grant.max_uses,
+            "scope": grant.describe(),
+        },
+    )

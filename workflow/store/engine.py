@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from workflow.errors import ConfigError
 from workflow.store.fastpath import SqliteInserts
 from workflow.store.migrations import migrate
+from workflow.store.priority import PriorityLock
 from workflow.store.sqlite_writer import SqliteWriteLock, WalCheckpointer
 
 T = TypeVar("T")
@@ -138,6 +139,10 @@ class Database:
             if self._sync_writer is not None and self._write_lock is not None
             else None
         )
+        #: PostgreSQL: this process's write transactions queue here, urgent ones first (the
+        #: chain head row serialises them in the server anyway; here an approval step does
+        #: not wait behind the intake batches queued before it). SQLite: the write lock's own.
+        self.gate = self._write_lock.local if self._write_lock is not None else PriorityLock()
         #: SQLite: the DB-API inserts (see `fastpath`); None on PostgreSQL.
         self.sqlite_inserts = SqliteInserts() if self.dialect == "sqlite" else None
         self._core_inserts: dict[tuple[str, bool], Any] = {}
@@ -194,16 +199,19 @@ class Database:
         conn.execute(statement, [r._asdict() for r in rows])
 
     @asynccontextmanager
-    async def _write(self) -> AsyncIterator[AsyncConnection]:
+    async def _write(self, urgent: bool) -> AsyncIterator[AsyncConnection]:
         if self._write_lock is None:
-            async with self.engine.begin() as conn:
+            async with self.gate.hold(urgent=urgent), self.engine.begin() as conn:
                 yield conn
             return
-        async with self._write_lock, self.engine.begin() as conn:
+        async with self._write_lock.hold(urgent=urgent), self.engine.begin() as conn:
             yield conn
 
-    async def transact(self, body: Callable[[Connection], T]) -> T:
+    async def transact(self, body: Callable[[Connection], T], *, urgent: bool = False) -> T:
         """Run `body` as one write transaction (commit on return, rollback on exception).
+
+        `urgent`: an approval step (a decision, cancel or expiry): it goes before the other
+        writers of this process waiting at that moment (see `PriorityLock`).
 
         SQLite: the whole transaction runs synchronously on the event loop's thread, on the
         synchronous writer, serialised by the write lock like every other write. A transaction
@@ -214,9 +222,9 @@ class Database:
         """
         writer = self._sync_writer
         if writer is None or self._write_lock is None:
-            async with self._write() as conn:
+            async with self._write(urgent) as conn:
                 return await conn.run_sync(body)
-        async with self._write_lock:
+        async with self._write_lock.hold(urgent=urgent):
             with writer.begin() as conn:
                 result = body(conn)
         if self._checkpointer is not None:

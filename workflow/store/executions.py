@@ -9,7 +9,7 @@ from sqlalchemy import Connection, select
 from workflow.effects import AuditEntry, ExecutionRecord
 from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
-from workflow.store.tables import EXECUTIONS, OUTCOMES
+from workflow.store.tables import EXECUTIONS, OUTCOMES, PROPOSALS
 
 
 class Executions:
@@ -22,19 +22,27 @@ class Executions:
             .returning(EXECUTIONS.c.release_id)
         )
 
-    async def release_exists(self, proposal_id: str, release_id: str) -> bool:
-        """Whether `proposal_id` was released as `release_id`."""
-        query = select(OUTCOMES.c.proposal_id).where(
-            OUTCOMES.c.proposal_id == proposal_id, OUTCOMES.c.release_id == release_id
+    async def released_to(self, proposal_id: str, release_id: str) -> str | None:
+        """The agent whose proposal `proposal_id` was released as `release_id`; None when it
+        was not released so."""
+        query = (
+            select(PROPOSALS.c.agent)
+            .join(OUTCOMES, OUTCOMES.c.proposal_id == PROPOSALS.c.id)
+            .where(OUTCOMES.c.proposal_id == proposal_id, OUTCOMES.c.release_id == release_id)
         )
         async with self.db.engine.connect() as conn:
-            return (await conn.execute(query)).first() is not None
+            row = (await conn.execute(query)).first()
+        return None if row is None else str(row.agent)
 
-    async def record(self, row: ExecutionRecord, audit: AuditEntry, now: datetime) -> bool:
-        """Store the first report of a release with its audit record; False for a repeat."""
+    async def record(
+        self, row: ExecutionRecord, audit: AuditEntry, repeat: AuditEntry, now: datetime
+    ) -> bool:
+        """Store the first report of a release with its audit record; False for a repeat,
+        which is audited as `repeat` (a report is never dropped without a record)."""
 
         def body(conn: Connection) -> bool:
             if conn.execute(self._insert, row._asdict()).first() is None:
+                self.audit.append_in(conn, [repeat], now)
                 return False
             self.audit.append_in(conn, [audit], now)
             return True

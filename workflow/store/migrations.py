@@ -74,7 +74,17 @@ def _v4(conn: Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4]
+def _v5(conn: Connection) -> None:
+    # Approvers' grants (and the proposal each use released) and freezes.
+    tables = [schema.GrantRow, schema.GrantUseRow, schema.FreezeRow]
+    SQLModel.metadata.create_all(
+        conn,
+        tables=[t.__table__ for t in tables],  # type: ignore[attr-defined]
+        checkfirst=True,
+    )
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
 
 
 async def migrate(engine: AsyncEngine) -> int:

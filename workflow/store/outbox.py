@@ -78,6 +78,19 @@ class Outbox:
         query = select(OUTBOX).where(OUTBOX.c.proposal_id.in_(ids)).order_by(OUTBOX.c.created_at)
         return await self.db.read(lambda conn: [_event(r) for r in conn.execute(query)])
 
+    async def unconfirmed_for(self, proposal_ids: Iterable[str]) -> list[OutboxEvent]:
+        """The outbox events of these proposals that JetStream has not confirmed yet (not
+        marked published): what a redelivered message may still have to send."""
+        ids = list(proposal_ids)
+        if not ids:
+            return []
+        query = (
+            select(OUTBOX)
+            .where(OUTBOX.c.proposal_id.in_(ids), OUTBOX.c.published.is_(False))
+            .order_by(OUTBOX.c.created_at)
+        )
+        return await self.db.read(lambda conn: [_event(r) for r in conn.execute(query)])
+
     async def unpublished(self, older_than: datetime, limit: int = 500) -> list[OutboxEvent]:
         async with self.db.engine.connect() as conn:
             rows = await conn.execute(

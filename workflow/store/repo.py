@@ -9,6 +9,7 @@
 | `executions` | `store.executions` | agents' execution reports |
 | `passkeys` | `store.passkeys` | approvers' passkeys and the invitations that register them |
 | `escalations` | `store.escalations` | how far each request climbed its escalation ladder |
+| `grants` | `store.grants` | approvers' grants, their uses, and the freezes in force |
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
 from workflow.store.escalations import Escalations
 from workflow.store.executions import Executions
+from workflow.store.grants import Grants
 from workflow.store.outbox import Outbox
 from workflow.store.passkeys import Passkeys
 from workflow.store.proposals import Proposals
@@ -33,6 +35,7 @@ class Store:
         self.executions = Executions(db, self.audit)
         self.passkeys = Passkeys(db, self.audit)
         self.escalations = Escalations(db, self.requests)
+        self.grants = Grants(db, self.audit)
 
     @classmethod
     async def open(cls, url: str) -> Store:

@@ -1,8 +1,9 @@
 """Approval requests and the decisions received for them.
 
-A request changes through `commit_step` only: one transaction writes the decision (its nonce is
-unique: a replay loses), moves the request with an optimistic version check, and adds the
-outcome, the proposal's status, the outbox events and the audit records the step produced.
+A request changes through `commit_step` (or `commit_steps`, a batch of them in one transaction)
+only: one transaction writes the decision (its nonce is unique: a replay loses), moves the
+request with an optimistic version check, and adds the outcome, the proposal's status, the
+outbox events and the audit records the step produced.
 """
 
 from __future__ import annotations
@@ -118,9 +119,25 @@ class Requests:
     async def commit_step(self, write: StepWrite, now: datetime) -> bool:
         """Apply one step atomically. False when the nonce was already used (a replay race).
 
-        Raises ConcurrentUpdate when another writer moved the request first.
+        Raises ConcurrentUpdate when another writer moved the request first. An approval
+        step goes before the intake's batches waiting for the writer (`urgent`).
         """
-        return await self.db.transact(lambda conn: self.commit_step_in(conn, write, now))
+        return await self.db.transact(
+            lambda conn: self.commit_step_in(conn, write, now), urgent=True
+        )
+
+    async def commit_steps(self, steps: Sequence[tuple[StepWrite, datetime]]) -> list[bool]:
+        """Apply several steps (of distinct requests and nonces) in one transaction, as
+        `commit_step` would apply each: for each, False when its nonce was already used.
+
+        Raises ConcurrentUpdate, and commits none of them, when another writer moved one of
+        the requests first."""
+        if not steps:
+            return []
+        return await self.db.transact(
+            lambda conn: [self.commit_step_in(conn, write, now) for write, now in steps],
+            urgent=True,
+        )
 
     def commit_step_in(self, conn: Connection, write: StepWrite, now: datetime) -> bool:
         """`commit_step` inside the caller's transaction."""
@@ -136,6 +153,8 @@ class Requests:
             }
             if write.requirement is not None:
                 values["requirement"] = write.requirement
+            if write.expires_at is not None:
+                values["expires_at"] = write.expires_at
             if write.new_state is not None:
                 values["state"] = write.new_state
                 if write.new_state is not RequestState.PENDING:

@@ -212,6 +212,60 @@ class EscalationRow(SQLModel, table=True):
     updated_at: datetime = _ts()
 
 
+class GrantRow(SQLModel, table=True):
+    """An approver's signed grant; `uses` moves only by the conditional update that claims a
+    use (see `store.grants`), so no two replicas can overspend it."""
+
+    __tablename__ = "grants"
+    __table_args__ = (Index("ix_grants_live", "revoked_at", "expires_at"),)
+
+    grant_id: str = Field(primary_key=True, max_length=200)
+    nonce: str = Field(unique=True, max_length=100)
+    request_id: str = Field(max_length=128)
+    approver: str = Field(max_length=200)
+    key: str = Field(max_length=64)
+    tool: str = Field(max_length=200)
+    workspace: str = Field(max_length=128)
+    agent: str | None = Field(default=None, max_length=128)
+    scope: str = Field(max_length=32)
+    command_prefix: str | None = Field(default=None, description="JSON list of words.")
+    path_glob: str | None = Field(default=None, max_length=1000)
+    max_uses: int | None = None
+    uses: int = 0
+    signed: str
+    signature: str = Field(max_length=200)
+    issued_at: datetime = _ts()
+    expires_at: datetime = _ts()
+    revoked_at: datetime | None = _ts(nullable=True)
+    revoked_by: str | None = Field(default=None, max_length=200)
+
+
+class GrantUseRow(SQLModel, table=True):
+    """The grant that released a proposal: one per proposal (a redelivery reuses it)."""
+
+    __tablename__ = "grant_uses"
+
+    proposal_id: str = Field(primary_key=True, max_length=200)
+    grant_id: str = Field(index=True, max_length=200)
+    at: datetime = _ts()
+
+
+class FreezeRow(SQLModel, table=True):
+    """A freeze in force (`lifted_at` null) or lifted, over an agent and/or a workspace."""
+
+    __tablename__ = "freezes"
+
+    freeze_id: str = Field(primary_key=True, max_length=100)
+    agent: str | None = Field(default=None, max_length=128)
+    workspace: str | None = Field(default=None, max_length=128)
+    all_calls: bool = False
+    reason: str = ""
+    by: str = Field(max_length=200)
+    at: datetime = _ts()
+    lifted_at: datetime | None = _ts(nullable=True, index=True)
+    lifted_by: str | None = Field(default=None, max_length=200)
+
+
 class SchemaVersionRow(SQLModel, table=True):
     __tablename__ = "schema_version"
 

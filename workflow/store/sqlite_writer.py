@@ -9,6 +9,10 @@ import logging
 import os
 import sqlite3
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from workflow.store.priority import PriorityLock
 
 log = logging.getLogger("headgate.store")
 
@@ -19,28 +23,44 @@ class SqliteWriteLock:
     SQLite serialises writers itself, but a writer that finds the file locked polls (sleeping
     1, 2, 5, 10… ms between tries), on the event loop's thread. The service's processes (the
     main one and its intake workers) instead queue on an `flock` of a file beside the database
-    and are woken the moment it is released; within a process, tasks queue on an asyncio lock
-    first, so at most one of them waits for the file. The checkpointer's last pass holds it too
-    (see `WalCheckpointer`). `path` None (an in-memory database): this process only.
+    and are woken the moment it is released; within a process, tasks queue on a
+    `PriorityLock` first (approval steps before intake batches), so at most one of them waits
+    for the file. The checkpointer's last pass holds it too (see `WalCheckpointer`). `path` None
+    (an in-memory database): this process only.
     """
 
     def __init__(self, path: str | None):
-        self._local = asyncio.Lock()
+        self.local = PriorityLock()
         self._path = f"{path}-writer.lock" if path else None
         self._fd: int | None = None
 
     async def __aenter__(self) -> None:
-        await self._local.acquire()
+        await self._acquire(urgent=False)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._release()
+
+    @asynccontextmanager
+    async def hold(self, *, urgent: bool = False) -> AsyncIterator[None]:
+        """Hold the lock; `urgent` waiters of this process are served before the others."""
+        await self._acquire(urgent=urgent)
+        try:
+            yield
+        finally:
+            self._release()
+
+    async def _acquire(self, *, urgent: bool) -> None:
+        await self.local.acquire(urgent=urgent)
         try:
             await self._lock_file()
         except BaseException:
-            self._local.release()
+            self.local.release()
             raise
 
-    async def __aexit__(self, *exc: object) -> None:
+    def _release(self) -> None:
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
-        self._local.release()
+        self.local.release()
 
     async def _lock_file(self) -> None:
         if self._path is None:

@@ -1,6 +1,6 @@
 // Headgate web inbox. No framework, no build step: fetch, EventSource and WebAuthn.
-// Every decision is signed by the approver's passkey over the canonical decision itself; the
-// proposal digest in it is computed here, from the proposal this page shows.
+// Every decision is signed by the approver's passkey over the decision itself (its RFC 8785
+// form); the proposal digest in it is computed here, from the proposal this page shows.
 "use strict";
 
 const enc = new TextEncoder();
@@ -19,8 +19,8 @@ function fromB64u(text) {
   return Uint8Array.from(s, (c) => c.charCodeAt(0));
 }
 
-// The same text as Python's json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-// for JSON values made of strings, null, booleans, objects and arrays.
+// RFC 8785 (JSON Canonicalization Scheme): keys sorted by UTF-16 code units (what sort() does),
+// no whitespace, strings and numbers as JSON.stringify writes them (which is what RFC 8785 says).
 function canonical(value) {
   if (value === null || typeof value !== "object") return JSON.stringify(value);
   if (Array.isArray(value)) return "[" + value.map(canonical).join(",") + "]";
@@ -215,6 +215,7 @@ async function decide(item, verdict, reason) {
       proposal_digest: digest,
       reason: reason,
       request_id: item.dataset.requestId,
+      signature_scheme: "rfc8785",
       verdict: verdict,
     };
     say(status, "Confirm with your passkey…");

@@ -1,0 +1,167 @@
+"""Wire models of the approvers' controls that keep prompts few: grants and freezes.
+
+Kept beside `workflow.messages` (whose `Wire` base and signing rules they share) so the models
+of one feature stay together; `workflow.schemas` generates their schemas like every other
+wire message. Requests are signed like decisions: Ed25519 (nkeys) over the canonical JSON of
+every field but `signature` (`workflow.messages.signed_text`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, Field
+
+from workflow.messages import Identifier, Token, Wire, signed_text
+
+Nonce = Annotated[str, Field(min_length=8, max_length=100)]
+
+
+class GrantScope(StrEnum):
+    """What a grant covers besides its tool, agent and workspace."""
+
+    TOOL = "tool"
+    COMMAND_PREFIX = "command-prefix"
+    PATH = "path"
+
+
+class GrantIssue(Wire):
+    """Approve calls like one held request until `expires_at` (`<prefix>.api.grant.issue`).
+
+    The request it is made from must be one a single approval could release, and the approver
+    must be allowed to approve it (role, workspace, not running the agent); the service checks
+    both, and that the scope covers the request's own call.
+    """
+
+    grant_id: Identifier
+    request_id: Token = Field(description="The held request the grant was made from.")
+    tool: Annotated[str, Field(min_length=1, max_length=200)]
+    workspace: Token
+    agent: Token | None = Field(default=None, description="Only this agent's calls (else any).")
+    scope: GrantScope
+    command_prefix: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        default=None,
+        description="command-prefix: the argv a simple command must start with, word for word.",
+    )
+    path_glob: Annotated[str, Field(min_length=1, max_length=1000)] | None = Field(
+        default=None, description="path: the glob every path argument must match."
+    )
+    expires_at: datetime
+    max_uses: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    approver: Annotated[str, Field(min_length=1, max_length=200)]
+    reason: Annotated[str, Field(max_length=2000)] = ""
+    nonce: Nonce
+    issued_at: datetime
+    key: str | None = None
+    signature: str | None = None
+
+    def signing_payload(self) -> bytes:
+        return signed_text(self.model_dump(mode="json")).encode()
+
+
+class GrantInfo(Wire):
+    """A stored grant, as `headgate grants list` shows it."""
+
+    grant_id: str
+    request_id: str
+    approver: str
+    tool: str
+    workspace: str
+    agent: str | None = None
+    scope: GrantScope
+    command_prefix: list[str] | None = None
+    path_glob: str | None = None
+    issued_at: datetime
+    expires_at: datetime
+    max_uses: int | None = None
+    uses: int = 0
+    revoked_at: datetime | None = None
+    revoked_by: str | None = None
+    status: str = Field(description="active, used_up, expired or revoked.")
+
+
+class GrantsQuery(Wire):
+    """List grants (`<prefix>.api.grant.list`): the active ones, or every one with `all`."""
+
+    all: bool = False
+    workspace: Token | None = None
+    limit: Annotated[int, Field(ge=1, le=1000)] = 200
+
+
+class GrantsReply(Wire):
+    grants: list[GrantInfo]
+
+
+class GrantRevoke(Wire):
+    """Revoke a grant (`<prefix>.api.grant.revoke`), signed by an approver who may approve for
+    its workspace; it releases nothing from the next proposal on."""
+
+    grant_id: Identifier
+    approver: Annotated[str, Field(min_length=1, max_length=200)]
+    reason: Annotated[str, Field(max_length=2000)] = ""
+    nonce: Nonce
+    issued_at: datetime
+    key: str | None = None
+    signature: str | None = None
+
+    def signing_payload(self) -> bytes:
+        return signed_text(self.model_dump(mode="json")).encode()
+
+
+class FreezeOrder(Wire):
+    """Freeze (or, with `thaw`, lift a freeze) over a scope (`<prefix>.api.freeze`).
+
+    While frozen, every consequential call in scope is held for approval, whatever a grant or
+    an `allow` would do; reads keep flowing unless `all_calls`. Signed by an approver who may
+    approve for the workspace (for a freeze of every workspace: one who may approve for all).
+    """
+
+    thaw: bool = False
+    agent: Token | None = None
+    workspace: Token | None = None
+    all_calls: bool = Field(default=False, description="Hold reads too.")
+    reason: Annotated[str, Field(max_length=2000)] = ""
+    approver: Annotated[str, Field(min_length=1, max_length=200)]
+    nonce: Nonce
+    issued_at: datetime
+    key: str | None = None
+    signature: str | None = None
+
+    def signing_payload(self) -> bytes:
+        return signed_text(self.model_dump(mode="json")).encode()
+
+
+class FreezeInfo(Wire):
+    freeze_id: str
+    agent: str | None = None
+    workspace: str | None = None
+    all_calls: bool = False
+    reason: str = ""
+    by: str
+    at: datetime
+
+
+class FreezeReply(Wire):
+    """The freezes in force after the order (empty after a thaw of the only one)."""
+
+    message: str
+    freezes: list[FreezeInfo]
+
+
+class FreezesQuery(Wire):
+    """The freezes in force (`<prefix>.api.freezes`)."""
+
+
+#: The controls' wire models, by schema file name (merged into `headgate schemas`).
+CONTROL_MODELS: dict[str, type[BaseModel]] = {
+    "api_grant_issue": GrantIssue,
+    "api_grant_info": GrantInfo,
+    "api_grant_list_query": GrantsQuery,
+    "api_grant_list_reply": GrantsReply,
+    "api_grant_revoke": GrantRevoke,
+    "api_freeze": FreezeOrder,
+    "api_freeze_reply": FreezeReply,
+    "api_freezes_query": FreezesQuery,
+}

@@ -1,0 +1,240 @@
+"""Grants and freezes: the approvers' controls the intake consults for every batch.
+
+A grant's use is claimed by one conditional update (`uses < max_uses`, not revoked, not
+expired) together with the row that names the proposal it released, in one transaction: on
+PostgreSQL the row lock makes a second replica re-check the condition after the first commits,
+on SQLite the write lock serialises the claims, so a 1-use grant releases one call, whatever
+races it. A proposal that is delivered again finds its use and reuses it (it is not counted
+twice).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, or_, select, update
+
+from workflow.controls import FreezeInfo, GrantInfo, GrantScope
+from workflow.effects import AuditEntry
+from workflow.policy.freeze import FreezeTerms
+from workflow.policy.grants import GrantTerms
+from workflow.store.audit import AuditLog
+from workflow.store.engine import Database
+from workflow.store.tables import FREEZES, GRANT_USES, GRANTS
+
+
+def _terms(row: Any) -> GrantTerms:
+    return GrantTerms(
+        grant_id=row.grant_id,
+        approver=row.approver,
+        key=row.key,
+        tool=row.tool,
+        workspace=row.workspace,
+        agent=row.agent,
+        scope=GrantScope(row.scope),
+        command_prefix=tuple(json.loads(row.command_prefix)) if row.command_prefix else None,
+        path_glob=row.path_glob,
+        expires_at=row.expires_at,
+        max_uses=row.max_uses,
+        uses=int(row.uses),
+        revoked=row.revoked_at is not None,
+    )
+
+
+def _status(row: Any, now: datetime) -> str:
+    if row.revoked_at is not None:
+        return "revoked"
+    if now >= row.expires_at:
+        return "expired"
+    if row.max_uses is not None and row.uses >= row.max_uses:
+        return "used_up"
+    return "active"
+
+
+def _live(now: datetime) -> Any:
+    return and_(
+        GRANTS.c.revoked_at.is_(None),
+        GRANTS.c.expires_at > now,
+        or_(GRANTS.c.max_uses.is_(None), GRANTS.c.uses < GRANTS.c.max_uses),
+    )
+
+
+class Grants:
+    def __init__(self, db: Database, audit: AuditLog):
+        self.db = db
+        self.audit = audit
+
+    async def issue(
+        self, values: dict[str, Any], audit: Sequence[AuditEntry], now: datetime
+    ) -> bool:
+        """Store a verified grant with its audit record; False when its id or nonce was used."""
+
+        def body(conn: Connection) -> bool:
+            taken = conn.execute(
+                select(GRANTS.c.grant_id).where(
+                    (GRANTS.c.grant_id == values["grant_id"]) | (GRANTS.c.nonce == values["nonce"])
+                )
+            ).first()
+            if taken is not None:
+                return False
+            conn.execute(GRANTS.insert().values(**values))
+            self.audit.append_in(conn, audit, now)
+            return True
+
+        return await self.db.transact(body)
+
+    async def live(self, now: datetime) -> list[GrantTerms]:
+        """The grants that may still release something (few: they expire within hours)."""
+        query = select(GRANTS).where(_live(now))
+        return await self.db.read(lambda conn: [_terms(r) for r in conn.execute(query)])
+
+    async def claim(self, grant_id: str, proposal_id: str, now: datetime) -> bool:
+        """Count one use of the grant for the proposal; False when it can release nothing
+        more (revoked, expired, used up since it was read) or released another grant's."""
+
+        def body(conn: Connection) -> bool:
+            used = conn.execute(
+                select(GRANT_USES.c.grant_id).where(GRANT_USES.c.proposal_id == proposal_id)
+            ).first()
+            if used is not None:
+                return bool(used.grant_id == grant_id)
+            moved = conn.execute(
+                update(GRANTS)
+                .where(GRANTS.c.grant_id == grant_id, _live(now))
+                .values(uses=GRANTS.c.uses + 1)
+            )
+            if moved.rowcount != 1:
+                return False
+            conn.execute(
+                GRANT_USES.insert().values(proposal_id=proposal_id, grant_id=grant_id, at=now)
+            )
+            return True
+
+        return await self.db.transact(body)
+
+    async def get(self, grant_id: str, now: datetime) -> GrantInfo | None:
+        query = select(GRANTS).where(GRANTS.c.grant_id == grant_id)
+        row = await self.db.read(lambda conn: conn.execute(query).first())
+        return _info(row, now) if row is not None else None
+
+    async def terms(self, grant_id: str) -> GrantTerms | None:
+        query = select(GRANTS).where(GRANTS.c.grant_id == grant_id)
+        row = await self.db.read(lambda conn: conn.execute(query).first())
+        return _terms(row) if row is not None else None
+
+    async def listed(
+        self, now: datetime, *, every: bool = False, workspace: str | None = None, limit: int = 200
+    ) -> list[GrantInfo]:
+        query = select(GRANTS).order_by(GRANTS.c.issued_at.desc()).limit(limit)
+        if not every:
+            query = query.where(_live(now))
+        if workspace is not None:
+            query = query.where(GRANTS.c.workspace == workspace)
+        rows = await self.db.read(lambda conn: list(conn.execute(query)))
+        return [_info(r, now) for r in rows]
+
+    async def revoke(
+        self, grant_id: str, by: str, audit: Sequence[AuditEntry], now: datetime
+    ) -> bool:
+        """Revoke the grant (with its audit record); False when it was revoked already."""
+
+        def body(conn: Connection) -> bool:
+            moved = conn.execute(
+                update(GRANTS)
+                .where(GRANTS.c.grant_id == grant_id, GRANTS.c.revoked_at.is_(None))
+                .values(revoked_at=now, revoked_by=by)
+            )
+            if moved.rowcount != 1:
+                return False
+            self.audit.append_in(conn, audit, now)
+            return True
+
+        return await self.db.transact(body)
+
+    # ------------------------------------------------------------------ freezes
+
+    async def freezes(self) -> list[FreezeTerms]:
+        """The freezes in force (a handful at most; read once per intake batch)."""
+        query = select(FREEZES).where(FREEZES.c.lifted_at.is_(None)).order_by(FREEZES.c.at)
+        rows = await self.db.read(lambda conn: list(conn.execute(query)))
+        return [
+            FreezeTerms(r.freeze_id, r.agent, r.workspace, bool(r.all_calls), r.reason, r.by, r.at)
+            for r in rows
+        ]
+
+    async def freeze(self, terms: FreezeTerms, audit: Sequence[AuditEntry], now: datetime) -> None:
+        def body(conn: Connection) -> None:
+            conn.execute(
+                FREEZES.insert().values(
+                    freeze_id=terms.freeze_id,
+                    agent=terms.agent,
+                    workspace=terms.workspace,
+                    all_calls=terms.all_calls,
+                    reason=terms.reason,
+                    by=terms.by,
+                    at=terms.at,
+                )
+            )
+            self.audit.append_in(conn, audit, now)
+
+        await self.db.transact(body)
+
+    async def thaw(
+        self, agent: str | None, workspace: str | None, by: str, audit: Sequence[AuditEntry],
+        now: datetime,
+    ) -> int:  # fmt: skip
+        """Lift the freezes of exactly this scope; returns how many were lifted."""
+
+        def body(conn: Connection) -> int:
+            moved = conn.execute(
+                update(FREEZES)
+                .where(
+                    FREEZES.c.lifted_at.is_(None),
+                    FREEZES.c.agent.is_(None) if agent is None else FREEZES.c.agent == agent,
+                    FREEZES.c.workspace.is_(None)
+                    if workspace is None
+                    else FREEZES.c.workspace == workspace,
+                )
+                .values(lifted_at=now, lifted_by=by)
+            )
+            if moved.rowcount:
+                self.audit.append_in(conn, audit, now)
+            return int(moved.rowcount)
+
+        return await self.db.transact(body)
+
+
+def freeze_info(terms: FreezeTerms) -> FreezeInfo:
+    return FreezeInfo(
+        freeze_id=terms.freeze_id,
+        agent=terms.agent,
+        workspace=terms.workspace,
+        all_calls=terms.all_calls,
+        reason=terms.reason,
+        by=terms.by,
+        at=terms.at,
+    )
+
+
+def _info(row: Any, now: datetime) -> GrantInfo:
+    return GrantInfo(
+        grant_id=row.grant_id,
+        request_id=row.request_id,
+        approver=row.approver,
+        tool=row.tool,
+        workspace=row.workspace,
+        agent=row.agent,
+        scope=GrantScope(row.scope),
+        command_prefix=json.loads(row.command_prefix) if row.command_prefix else None,
+        path_glob=row.path_glob,
+        issued_at=row.issued_at,
+        expires_at=row.expires_at,
+        max_uses=row.max_uses,
+        uses=int(row.uses),
+        revoked_at=row.revoked_at,
+        revoked_by=row.revoked_by,
+        status=_status(row, now),
+    )
