@@ -62,7 +62,7 @@ Signature = Annotated[str, Field(min_length=1, max_length=200)]
 
 
 class Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 # --------------------------------------------------------------------------- proposals
