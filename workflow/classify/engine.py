@@ -14,6 +14,7 @@ from workflow.classify.shell import command_findings
 from workflow.classify.tables import BUILTIN_TOOLS, DEFAULT_TABLES, ClassifierTables, ToolRule
 from workflow.classify.targets import Access, check_path, path_rules
 from workflow.classify.taxonomy import Capability, Category, RiskClass, Severity, parse_capability
+from workflow.masking import masked_reasons
 from workflow.messages import Classification, Proposal
 from workflow.messages import definition_hash as definition_hash  # re-exported
 
@@ -239,5 +240,7 @@ def classify(proposal: Proposal, tables: ClassifierTables = DEFAULT_TABLES) -> C
         fail_closed=acc.fail_closed,
         tool_known=not pin_broken and (rule is not None or tables.is_shell_tool(tool)),
         definition_hash=dhash,
-        reasons=acc.reasons(),
+        # Reasons quote commands, paths and URLs; whoever reads them (pending, the inbox, the
+        # audit, a notifier) reads them masked: a secret in the call never leaves through them.
+        reasons=masked_reasons(acc.reasons(), proposal),
     )

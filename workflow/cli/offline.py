@@ -305,13 +305,13 @@ def audit_tail(
 
 
 def _print_audit(rows: list[Any], json_out: bool) -> None:
-    from workflow.client.display import mask_text
+    from workflow.masking import mask_text, masked_audit_data
 
     for r in rows:
+        data = masked_audit_data(json.loads(r.data))
         if json_out:
-            sys.stdout.write(json.dumps({**r.model_dump(), "data": json.loads(r.data)}) + "\n")
+            sys.stdout.write(json.dumps({**r.model_dump(), "data": data}) + "\n")
             continue
-        data = json.loads(r.data)
         what = data.get("message") or data.get("reason") or ""
         if r.kind == "proposal":
             v, c = data["verdict"], data["classification"]
