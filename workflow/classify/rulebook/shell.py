@@ -191,32 +191,4 @@ RULES = (
         "arithmetic on an array subscript that can run `$(…)`; fails closed",
         domain=DOMAIN,
     ),
-    rule(
-        "shell.mapfile_callback",
-        X,
-        "high",
-        "`mapfile -C`: runs a command for every few lines it reads; fails closed",
-        domain=DOMAIN,
-    ),
-    rule(
-        "shell.compgen_command",
-        X,
-        "high",
-        "`compgen -C/-F`: runs a command or a function to list completions; fails closed",
-        domain=DOMAIN,
-    ),
-    rule(
-        "shell.history_rerun",
-        X,
-        "high",
-        "`fc` (other than `fc -l`): runs commands again from the history; fails closed",
-        domain=DOMAIN,
-    ),
-    rule(
-        "shell.too_much_work",
-        X,
-        "high",
-        "a command whose analysis exceeds its work limit; fails closed",
-        domain=DOMAIN,
-    ),
 )
