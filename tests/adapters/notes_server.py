@@ -1,7 +1,7 @@
 """A real stdio MCP server for the proxy tests: reads, writes, a destructive tool, and tools
 that make the server misbehave (exit mid-call, never answer).
 
-usage: python notes_server.py NOTES_FILE
+usage: python notes_server.py NOTES_FILE [HTTP_PORT]   (stdio, or streamable HTTP at /mcp)
 """
 
 from __future__ import annotations
@@ -52,4 +52,9 @@ def hang() -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    if len(sys.argv) > 2:
+        import anyio
+
+        anyio.run(lambda: server.run_streamable_http_async(port=int(sys.argv[2])))
+    else:
+        server.run()
