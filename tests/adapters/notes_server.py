@@ -15,6 +15,8 @@ from mcp_types import ToolAnnotations
 
 NOTES = sys.argv[1]
 server = MCPServer("notes")
+with open(f"{NOTES}.pid", "w") as pidfile:  # so a test can see that it was stopped
+    pidfile.write(str(os.getpid()))
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))

@@ -7,6 +7,7 @@ make it misbehave) and gates every call through the service on a real nats-serve
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -216,6 +217,29 @@ async def test_an_upstream_that_dies_or_hangs_gives_an_error_and_nothing_stays_p
         assert executed["success"] is False
         history = await h.service_history(released["proposal_id"])
         assert history["status"] == "released"
+    # The proxy is gone: so is the upstream server, even the one hung in a call.
+    upstream = int(Path(f"{notes}.pid").read_text())
+
+    async def running() -> bool:
+        return alive(upstream)
+
+    await wait_until(running, lambda up: not up)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid)
+
+
+def _state(pid: int) -> str:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return "zombie"
+    return next((line for line in status.splitlines() if line.startswith("State:")), "")
 
 
 async def test_an_upstream_speaking_garbage_stops_the_proxy_with_a_clear_error(

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import shlex
+import signal
 import sys
 import uuid
 from collections.abc import Awaitable
@@ -249,12 +250,25 @@ class Proxy:
 async def serve(options: ProxyOptions) -> None:
     """Run the upstream server and serve MCP on stdio until the client closes it."""
     try:
-        await _serve(options)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_stop_on_signal, tasks.cancel_scope)
+            await _serve(options)
+            tasks.cancel_scope.cancel()
     except BaseExceptionGroup as group:  # the SDK's task groups wrap what went wrong
         found = group.subgroup(lambda e: isinstance(e, HeadgateError))
         if found is not None:
             raise _first(found) from group
         raise
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    """SIGTERM, SIGINT or SIGHUP end the proxy through its normal exit, which stops the
+    upstream server; dying on the signal would leave it running (it is in a process group of
+    its own), hung in a call that will never be answered."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
 
 
 def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
