@@ -40,7 +40,7 @@ async def _count(store: Store, table: object, *where: object) -> int:
 
 
 async def _approve(store: Store, pid: str, at: datetime) -> None:
-    loaded = await store.requests.load(pid)
+    loaded = await store.requests.load_for_proposal(pid)
     assert loaded is not None
     held, version = loaded
     write = StepWrite(
@@ -85,7 +85,7 @@ async def test_decided_proposals_are_pruned_with_what_belongs_to_them_held_ones_
     assert await _count(store, OUTBOX, OUTBOX.c.proposal_id == "approved") == 0
     # The held proposal has no outcome: whatever its age, it stays, and can still be decided.
     assert await _count(store, PROPOSALS, PROPOSALS.c.id == "held") == 1
-    loaded = await store.requests.load("held")
+    loaded = await store.requests.load_for_proposal("held")
     assert loaded is not None
     assert loaded[0].state is RequestState.PENDING
     assert await store.retention.prune_decided(LATER) == 0

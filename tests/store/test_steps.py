@@ -67,7 +67,7 @@ def step(kind: str, request_id: str, pid: str, version: int, n: int) -> StepWrit
 
 
 async def _held(store: Store, pid: str) -> tuple[str, int]:
-    loaded = await store.requests.load(pid)
+    loaded = await store.requests.load_for_proposal(pid)
     assert loaded is not None
     return loaded[0].request_id, loaded[1]
 
