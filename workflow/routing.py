@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import cast
@@ -62,6 +63,18 @@ def request_id_for(proposal_id: str) -> str:
 
 def release_id_for(proposal_id: str) -> str:
     return _derive("rl", proposal_id)
+
+
+_DERIVED = re.compile(r"(rq|rl)_[0-9a-f]{24}")
+
+
+def derived_kind(ident: str) -> str | None:
+    """ "request id" or "release id" when `ident` has the form the service derives them in;
+    a proposal may not take that form (lookups by either kind of id stay unambiguous)."""
+    found = _DERIVED.fullmatch(ident)
+    if found is None:
+        return None
+    return "request id" if found.group(1) == "rq" else "release id"
 
 
 def released_event(

@@ -270,7 +270,7 @@ class Collector:
             return await self._unapplied(
                 decision, f"The decision for {decision.request_id} arrived on {msg.subject}."
             )
-        loaded = await ctx.store.requests.load(decision.request_id)
+        loaded = await ctx.store.requests.load(decision.request_id, request_only=True)
         if loaded is None:
             return await self._unapplied(
                 decision, f"There is no approval request {decision.request_id}."

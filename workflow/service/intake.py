@@ -25,7 +25,13 @@ from workflow.messages import Classification, Decision, Proposal, Verdict
 from workflow.policy.engine import evaluate
 from workflow.policy.freeze import frozen_verdict
 from workflow.policy.grants import GrantTerms, grant_release
-from workflow.routing import SERVICE_ACTOR, intake_events, invalid_answer, route
+from workflow.routing import (
+    SERVICE_ACTOR,
+    derived_kind,
+    intake_events,
+    invalid_answer,
+    route,
+)
 from workflow.service.context import ServiceContext
 from workflow.service.model_check import model_check
 from workflow.service.publishing import publish_events
@@ -65,6 +71,12 @@ class Intake:
             proposal = Proposal.model_validate_json(msg.data)
         except ValidationError as exc:
             raise Invalid(f"invalid proposal: {describe_invalid(exc)}") from exc
+        kind = derived_kind(proposal.id)
+        if kind is not None:
+            raise Invalid(
+                f"the proposal id {proposal.id} has the form of a {kind}; "
+                "choose an id that does not start with rq_ or rl_ and 24 hex digits"
+            )
         if agent is None or proposal.agent != agent:
             raise Invalid(
                 f"the proposal names agent {proposal.agent!r} but arrived on {msg.subject}; "

@@ -125,13 +125,15 @@ class Proposals:
     async def history(self, ident: str) -> dict[str, Any] | None:
         """Everything stored about one proposal (by proposal id or request id)."""
         async with self.db.engine.connect() as conn:
-            req = (
+            found = (
                 await conn.execute(
                     select(REQUESTS).where(
                         (REQUESTS.c.request_id == ident) | (REQUESTS.c.proposal_id == ident)
                     )
                 )
-            ).first()
+            ).all()
+            # A request id match first, whatever order the database returns the rows in.
+            req = next((r for r in found if r.request_id == ident), found[0] if found else None)
             pid = req.proposal_id if req is not None else ident
             prop = (await conn.execute(select(PROPOSALS).where(PROPOSALS.c.id == pid))).first()
             if prop is None:

@@ -51,6 +51,16 @@ _STEP = update(REQUESTS).where(
 _PROPOSAL_STATUS = update(PROPOSALS).where(PROPOSALS.c.id == bindparam("b_id"))
 
 
+def _exact(rows: Sequence[Any], ident: str) -> Any:
+    """The row `ident` names: a request id match before a proposal id match, whatever order
+    the database returns them in (a proposal id may collide with another proposal's request
+    id when it was stored before the intake refused such ids)."""
+    for row in rows:
+        if row.request_id == ident:
+            return row
+    return rows[0] if rows else None
+
+
 class Requests:
     def __init__(self, db: Database, outbox: Outbox, audit: AuditLog):
         self.db = db
@@ -62,12 +72,15 @@ class Requests:
             .returning(DECISIONS.c.nonce)
         )
 
-    async def load(self, ident: str) -> tuple[HeldRequest, int] | None:
-        """A request by request id or proposal id, with its approvals and version."""
+    async def load(
+        self, ident: str, *, request_only: bool = False
+    ) -> tuple[HeldRequest, int] | None:
+        """A request by request id or proposal id (by request id only with `request_only`),
+        with its approvals and version."""
 
         def body(conn: Connection) -> tuple[HeldRequest, int] | None:
-            row = conn.execute(_BY_ID, {"ident": ident}).first()
-            if row is None:
+            row = _exact(conn.execute(_BY_ID, {"ident": ident}).all(), ident)
+            if row is None or (request_only and row.request_id != ident):
                 return None
             approvals = _approvals(conn, [row.request_id])
             return _held(row, approvals.get(row.request_id, ())), int(row.version)
