@@ -3,12 +3,22 @@ against a real nats-server before its fix."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
-from tests.service.helpers import decision, propose, send_decision
+import nats
+
+from tests.service.helpers import decision, propose, send_decision, wait_until
 from tests.service.helpers import running_service as running
+from workflow.client.connection import Role, credentials_file, inbox_prefix_for
 from workflow.routing import release_id_for, request_id_for
+from workflow.service.lifecycle import Service
+from workflow.service.settings import Settings
 
 
 async def test_a_proposal_id_shaped_like_a_request_id_cannot_take_another_request(
@@ -39,3 +49,86 @@ async def test_a_proposal_id_shaped_like_a_request_id_cannot_take_another_reques
         assert released["agent"] == "agent-1"
         assert h.observer.of("released", request_id_for(victim)) == []
         assert h.observer.of("inbox", request_id_for(victim)) == []
+
+
+_JWT = (
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+)
+_SECRETS = (
+    _JWT,
+    "SflKxwRJ",
+    "eyJzdWIiOiIxMjM0NTY3ODkwIn0",
+    "hunter2hunter2",
+    "sk-live-abcdefabcdef1234567890",
+    "Abcdefgh1234",
+)
+
+
+def _leaks(text: str) -> list[str]:
+    return [s for s in _SECRETS if s in text]
+
+
+async def test_reasons_are_built_masked_and_audit_tail_json_masks_what_it_prints(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """A reason quotes the command: the classification the service stores, sends in the
+    inbox item and the `held` event, and returns from `api.get` carries no credential; the
+    JSON Lines of `audit tail` mask the proposal the audit keeps."""
+    command = (
+        f"curl -H 'Authorization: Bearer {_JWT}' -u admin:Abcdefgh1234 "
+        "https://api.example.com/x?password=hunter2hunter2"
+    )
+    async with running(nats_url, tmp_path) as h:
+        pid = await propose(
+            h.nc, h.subjects, tool="bash",
+            arguments={"command": command, "api_key": "sk-live-abcdefabcdef1234567890"},
+        )  # fmt: skip
+        (item,) = await h.observer.wait_for("inbox", pid)
+        (held,) = await h.observer.wait_for("held", pid)
+        history = await h.service_history(pid)
+        for seen in (item["classification"], held["classification"], history["classification"]):
+            assert seen["reasons"], seen
+            assert _leaks(json.dumps(seen["reasons"])) == []
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADGATE_")}
+    tail = subprocess.run(
+        [sys.executable, "-m", "workflow", "audit", "tail", "--json", "--data-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, check=True, env=env,
+    )  # fmt: skip
+    assert pid in tail.stdout  # the proposal's records are there
+    assert _leaks(tail.stdout) == []
+
+
+async def test_headgate_dead_reads_the_dead_letters_of_the_embedded_default(
+    tmp_path: Path,
+) -> None:
+    """On the quick start's embedded server (accounts per role) `headgate dead` lists the
+    dead letters instead of ending in a permissions violation and a traceback."""
+    data = tmp_path / ".headgate"
+    service = Service(Settings(data_dir=data))
+    await service.start()
+    try:
+        agent = await nats.connect(
+            service.url, nkeys_seed=str(credentials_file(data, Role.AGENT)),
+            inbox_prefix=inbox_prefix_for(Role.AGENT.value), allow_reconnect=False,
+        )  # fmt: skip
+        try:
+            await agent.jetstream().publish(service.subjects.proposals("a1"), b"{not json")
+        finally:
+            await agent.close()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HEADGATE_")}
+
+        def listed() -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "workflow", "dead", "--json", "--data-dir", str(data)],
+                capture_output=True, text=True, timeout=120, check=False, env=env,
+            )  # fmt: skip
+
+        result = await wait_until(
+            lambda: asyncio.to_thread(listed), lambda r: r.returncode != 0 or "intake" in r.stdout
+        )
+        assert result.returncode == 0, result.stderr
+        assert "Traceback" not in result.stderr
+        (letter,) = json.loads(result.stdout)
+        assert letter["stage"] == "intake"
+    finally:
+        await service.stop()

@@ -14,6 +14,7 @@ from workflow.classify.shell import command_findings
 from workflow.classify.tables import BUILTIN_TOOLS, DEFAULT_TABLES, ClassifierTables, ToolRule
 from workflow.classify.targets import Access, check_path, path_rules
 from workflow.classify.taxonomy import Capability, Category, RiskClass, Severity, parse_capability
+from workflow.masking import mask_text
 from workflow.messages import Classification, Proposal
 from workflow.messages import definition_hash as definition_hash  # re-exported
 
@@ -225,5 +226,7 @@ def classify(proposal: Proposal, tables: ClassifierTables = DEFAULT_TABLES) -> C
         fail_closed=acc.fail_closed,
         tool_known=not pin_broken and (rule is not None or tables.is_shell_tool(tool)),
         definition_hash=dhash,
-        reasons=acc.reasons(),
+        # Reasons quote the command: built with secrets masked, they can be shown, stored,
+        # sent and audited without carrying a credential out.
+        reasons=[r.model_copy(update={"message": mask_text(r.message)}) for r in acc.reasons()],
     )

@@ -269,11 +269,13 @@ def audit_tail(
 
 
 def _print_audit(rows: list[Any], json_out: bool) -> None:
-    from workflow.client.display import mask_text
+    from workflow.client.display import mask_secrets, mask_text
 
     for r in rows:
         if json_out:
-            sys.stdout.write(json.dumps({**r.model_dump(), "data": json.loads(r.data)}) + "\n")
+            # What a human or a script reads: secrets masked (`audit verify` checks the chain).
+            data = mask_secrets(json.loads(r.data))
+            sys.stdout.write(json.dumps({**r.model_dump(), "data": data}) + "\n")
             continue
         data = json.loads(r.data)
         what = data.get("message") or data.get("reason") or ""
