@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import ValidationError
 
 from workflow.client import transport
+from workflow.client.trust import NotFromService, trust_for
 from workflow.errors import ConnectError
 from workflow.messages import Blocked, Escalated, InboxItem, Notified, ProposalHistory, Released
 from workflow.notify.broker import ACK_WAIT, SOURCES, build_app, consumer_config
@@ -250,6 +251,10 @@ class Notifier:
         """Notify about one event, record every delivery, then ack."""
         try:
             found = await self._notice(msg)
+        except NotFromService as exc:
+            log.warning("notifier: %s", exc)
+            await msg.ack()
+            return
         except ConnectError as exc:
             log.warning("notifier: the service did not answer (%s); retrying", exc)
             await msg.nak(delay=API_RETRY_DELAY)
@@ -279,6 +284,8 @@ class Notifier:
 
     async def _notice(self, msg: Msg) -> tuple[Notice, list[str]] | None:
         s, url = self.subjects, self.config.inbox_url
+        # A notice is what an approver reads first: only the service's events make one.
+        await trust_for(self.nc, s.prefix).require(msg.subject, msg.data, msg.headers)
         if s.token_after(msg.subject, "inbox") is not None:
             item = InboxItem.model_validate_json(msg.data)
             notice = held_notice(item, url)

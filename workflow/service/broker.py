@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from faststream import AckPolicy
-from faststream.nats import JStream, NatsBroker, PullSub
+from faststream.nats import JStream, NatsBroker, NatsResponse, PullSub
 from pydantic import BaseModel
 
 from workflow.controls import (
@@ -59,6 +59,8 @@ from workflow.messages import (
     Proposal,
     ProposalHistory,
     Released,
+    ServiceKeyQuery,
+    ServiceKeyReply,
     WebInvite,
     WebInviteReply,
 )
@@ -91,6 +93,8 @@ QUERIES = (
           "The policy trail that decided a proposal."),
     Query("offered", OfferedQuery, OfferedReply, api.offered,
           "Which tools of a catalog to offer an agent at all."),
+    Query("key", ServiceKeyQuery, ServiceKeyReply, api.service_key,
+          "The public key the service signs its events and answers with."),
 )  # fmt: skip
 
 
@@ -219,11 +223,10 @@ def _api(
     *,
     subject: str | None = None,
 ) -> None:
-    async def respond(body: Any) -> bytes:
-        msg = message()
-        return await api.answer(
-            current(), query.name, query.model, query.handler, msg.data, msg.subject
-        )
+    async def respond(body: Any) -> NatsResponse:
+        msg, ctx = message(), current()
+        data = await api.answer(ctx, query.name, query.model, query.handler, msg.data, msg.subject)
+        return signed(ctx, msg, data)
 
     respond.__annotations__ = {"body": query.model, "return": query.reply}
     broker.subscriber(
@@ -241,8 +244,9 @@ def _web_api(
     current: Callable[[], ServiceContext],
     message: Callable[[], Any],
 ) -> None:
-    async def respond(body: Any) -> bytes:
-        return await web_api.answer(current(), query.name, message().data)
+    async def respond(body: Any) -> NatsResponse:
+        msg, ctx = message(), current()
+        return signed(ctx, msg, await web_api.answer(ctx, query.name, msg.data))
 
     respond.__annotations__ = {"body": query.model, "return": query.reply}
     broker.subscriber(
@@ -253,6 +257,12 @@ def _web_api(
     )(respond)
 
 
+def signed(ctx: ServiceContext, msg: Any, data: bytes) -> NatsResponse:
+    """An answer signed for the inbox it goes to, so a client can tell it from an answer by any
+    other subscriber of `api.*` (on a server whose permissions do not forbid one)."""
+    return NatsResponse(data, headers=ctx.signer.headers(msg.reply or "", data))
+
+
 def _control_api(
     broker: NatsBroker,
     subjects: Subjects,
@@ -260,8 +270,9 @@ def _control_api(
     current: Callable[[], ServiceContext],
     message: Callable[[], Any],
 ) -> None:
-    async def respond(body: Any) -> bytes:
-        return await controls_api.answer(current(), query.name, message().data)
+    async def respond(body: Any) -> NatsResponse:
+        msg, ctx = message(), current()
+        return signed(ctx, msg, await controls_api.answer(ctx, query.name, msg.data))
 
     respond.__annotations__ = {"body": query.model, "return": query.reply}
     broker.subscriber(
