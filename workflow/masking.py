@@ -61,6 +61,12 @@ _VALUE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
         re.compile(r"""((?:^|[\s'"])(?:-u|--user|--proxy-user)(?:\s+|=)['"]?[^\s:'"]+:)[^\s'"]+"""),
         rf"\1{MASK}",
     ),
+    # a password glued to -p (mysql, mariadb and their tools) or after sshpass -p
+    (
+        re.compile(r"(\b(?:mysql\w*|mariadb\w*)\b[^|;&\n]*?\s-p)(?=[^\s-])[^\s'\"|;&]+"),
+        rf"\1{MASK}",
+    ),
+    (re.compile(r"(\bsshpass\s+-p\s*)[^\s'\"]+"), rf"\1{MASK}"),
     # user:password@host in URLs
     (re.compile(r"(://[^/\s:@]+:)[^@\s/]+@"), rf"\1{MASK}@"),
 )
@@ -87,7 +93,8 @@ def _looks_opaque(token: str) -> bool:
 #: reason it gives, so this is on the service's hot path).
 _CLUES = (
     "bearer", "basic", "token", "eyj", "-----begin", "sk-", "gh", "xox", "akia", "asia", "aiza",
-    "_live_", "_test_", "passw", "pwd", "secret", "key", "auth", "://", "-u",
+    "_live_", "_test_", "passw", "pwd", "secret", "key", "auth", "://", "-u", "mysql", "mariadb",
+    "sshpass",
 )  # fmt: skip
 
 

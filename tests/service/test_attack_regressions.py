@@ -80,7 +80,8 @@ async def test_reasons_are_built_masked_and_audit_tail_json_masks_what_it_prints
     JSON Lines of `audit tail` mask the proposal the audit keeps."""
     command = (
         f"curl -H 'Authorization: Bearer {_JWT}' -u admin:Abcdefgh1234 "
-        "https://api.example.com/x?password=hunter2hunter2"
+        "https://api.example.com/x?password=hunter2hunter2 && mysql -pS3cretPass99 -h db "
+        "&& sshpass -p Sshpass4242 ssh host"
     )
     async with running(nats_url, tmp_path) as h:
         pid = await propose(
@@ -176,6 +177,9 @@ async def test_a_data_dir_of_any_name_is_protected_from_every_reading_tool(
 async def test_a_released_event_forged_by_another_client_is_not_taken_as_the_release(
     nats_url: str, tmp_path: Path
 ) -> None:
+    """On a server without accounts any client can publish on the results stream: a
+    `released` event built from the call's own `held` event and inbox item (right ids,
+    digest, classification) is not the service's, and the agent's ticket does not take it."""
     async with running(nats_url, tmp_path) as h:
         async with Headgate.connect(nats_url, agent="agent-1", prefix=h.subjects.prefix) as hg:
             ticket = await hg.propose("write_file", {"path": "a.txt", "content": "x"})
