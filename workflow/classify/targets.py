@@ -37,6 +37,11 @@ SERVICE_SECRETS: tuple[str, ...] = (
     "**/*.seed",
     "**/*.nk",
     "**/*.creds",
+    # The data dir's files by name, whatever the dir is called (a relative path in a call
+    # without a cwd cannot be placed in it): the database and the webhook signing key.
+    "**/headgate.db",
+    "**/headgate.db-*",
+    "**/notify.key",
     "/var/lib/headgate/**",
     "/etc/headgate/**",
 )
