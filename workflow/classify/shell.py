@@ -171,6 +171,11 @@ class Walker:
             return self._expansion(node)
         if t in ("command_substitution", "process_substitution", "arithmetic_expansion"):
             traits = self.walk_children(node)
+            inner = node.named_children
+            # `$(echo ~/.ssh/id_rsa)`: the text a lone echo/printf prints is what it may give
+            echoed = self._echoed(inner[0]) if t == "command_substitution" and inner else None
+            if echoed is not None and len(inner) == 1:
+                return Word(None, DYNAMIC, traits, (echoed.rstrip("\n"),))
             return Word(None, DYNAMIC, traits)
         traits = self.walk_children(node)
         return Word(None, _text(node) or DYNAMIC, traits)
