@@ -26,6 +26,7 @@ from workflow.effects import (
     RequestRecord,
     StoredIntake,
 )
+from workflow.masking import masked_proposal
 from workflow.messages import (
     ApprovalRecord,
     Blocked,
@@ -73,7 +74,10 @@ def released_event(
     approvals: tuple[ApprovalRecord, ...],
     now: datetime,
     request_id: str | None = None,
+    edited_from: str | None = None,
 ) -> OutboxEvent:
+    """The `Released` event; `edited_from` (the digest the agent proposed) marks a call an
+    approver edited before approving it: `proposal` is then the edited call."""
     event = Released(
         release_id=release_id_for(proposal.id),
         proposal_id=proposal.id,
@@ -87,6 +91,7 @@ def released_event(
         approvals=list(approvals),
         proposal_digest=digest,
         released_at=now,
+        edited_from=edited_from,
     )
     return _released(subjects, proposal, event.model_dump_json())
 
@@ -230,15 +235,17 @@ def route(
             received_at=now,
         )
     )
-    # The proposal exactly as the agent sent it (a JSON object: it was validated as one) and
-    # the parts already serialised, joined rather than serialised again.
+    # The proposal with its secrets masked beside the digest of the real one (kept, with its
+    # secrets, once: in the proposal's row, which a release needs), and the parts already
+    # serialised, joined rather than serialised again.
+    shown = to_json(masked_proposal(proposal)).decode()
     record.audit.append(
         AuditEntry(
             kind="proposal",
             actor=proposal.agent,
             proposal_id=proposal.id,
             data=(
-                f'{{"proposal":{payload},"digest":"{digest}",'
+                f'{{"proposal":{shown},"digest":"{digest}",'
                 f'"classification":{classification_json},"verdict":{verdict_json}}}'
             ),
         )
@@ -381,8 +388,10 @@ def closing_effects(
     verdict: Verdict,
     now: datetime,
     trace: dict[str, str] | None = None,
+    edited_from: str | None = None,
 ) -> tuple[OutcomeRecord, OutboxEvent, AuditEntry]:
-    """Outcome row, event and audit entry for a held request ending in `outcome`."""
+    """Outcome row, event and audit entry for a held request ending in `outcome`
+    (`edited_from`: see `released_event`)."""
     if outcome is Outcome.RELEASED:
         event = released_event(
             subjects,
@@ -393,6 +402,7 @@ def closing_effects(
             req.approvals,
             now,
             request_id=req.request_id,
+            edited_from=edited_from,
         )
         row = OutcomeRecord(proposal.id, outcome, release_id_for(proposal.id), reason, now)
         event = replace(event, headers=trace or None)

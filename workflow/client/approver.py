@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from workflow.client import controls, transport
 from workflow.client.connection import DEFAULT_CONNECT_TIMEOUT, NatsTarget, Role, resolve_nats
 from workflow.client.display import summarize
+from workflow.client.trust import trust_for
 from workflow.client.verify import Decidable, DigestMismatch, check_digest, check_inbox_item
 from workflow.controls import FreezeReply, GrantInfo, GrantScope
 from workflow.errors import ConfigError, ConnectError, HeadgateError
@@ -215,12 +216,15 @@ class Approver:
 
     def __init__(
         self, nc: NATS, *, name: str, key: ApproverKey | None, prefix: str = "headgate",
-        clock: Callable[[], datetime] | None = None,
+        clock: Callable[[], datetime] | None = None, service_key: str | None = None,
+        data_dir: Path | None = None,
     ):  # fmt: skip
         self.nc = nc
         self.name = name
         self.key = key  # None: read-only (inbox, pending); deciding needs a key
         self.subjects = Subjects(prefix)
+        #: The service whose inbox items and answers this approver believes.
+        self.trust = trust_for(nc, prefix, key=service_key, data_dir=data_dir)
         self.clock = clock or (lambda: datetime.now(UTC))
         #: Seconds before an item whose decision was refused (and may still succeed) comes back.
         self.reoffer_delay = REOFFER_DELAY
@@ -232,7 +236,7 @@ class Approver:
     @asynccontextmanager
     async def connect(
         cls, url: str | NatsTarget | None = None, *, name: str, key: ApproverKey | Path,
-        prefix: str = "headgate", data_dir: Path | None = None,
+        prefix: str = "headgate", data_dir: Path | None = None, service_key: str | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, max_reconnect_attempts: int = -1,
         **nats_options: Any,
     ) -> AsyncIterator[Approver]:  # fmt: skip
@@ -242,7 +246,9 @@ class Approver:
         in `data_dir`) is where to connect; the approver credentials come from the environment
         or the data dir (see `workflow.client.connection.resolve_nats`), or pass a `NatsTarget`.
         The first connect fails with `ConnectError` after `connect_timeout` seconds; afterwards
-        the connection is re-established after a restart of the server.
+        the connection is re-established after a restart of the server. Only inbox items and
+        answers signed by the service are shown: `service_key` (else `HEADGATE_SERVICE_KEY`,
+        the data dir's `service.pub`, or the key the service gives) is whose.
         """
         signer = key if isinstance(key, ApproverKey) else ApproverKey.from_file(key)
         target = url if isinstance(url, NatsTarget) else resolve_nats(
@@ -252,7 +258,9 @@ class Approver:
             target, name=f"headgate-approver-{name}", connect_timeout=connect_timeout,
             max_reconnect_attempts=max_reconnect_attempts, **nats_options,
         )  # fmt: skip
-        approver = cls(nc, name=name, key=signer, prefix=prefix)
+        approver = cls(
+            nc, name=name, key=signer, prefix=prefix, service_key=service_key, data_dir=data_dir
+        )
         try:
             yield approver
         finally:
@@ -342,11 +350,26 @@ class Approver:
 
     async def _pending_item(self, msg: Msg, snapshot: _Snapshot) -> PendingRequest | None:
         try:
+            signed = await self.trust.verified(msg.subject, msg.data, msg.headers)
+        except ConnectError as exc:
+            log.warning("cannot check inbox items now (%s); they come back later", exc)
+            await msg.nak(delay=2.0)
+            return None
+        try:
             item = InboxItem.model_validate_json(msg.data)
         except ValidationError as exc:
             log.warning("ignoring an invalid inbox item: %s", exc.errors()[0]["msg"])
             await msg.ack()
             return None
+        if not signed:
+            # Anyone who may publish on the inbox subject could have made it, even under the
+            # message id of a real request (which JetStream then drops as a duplicate): it is
+            # never shown; the request it names is, as the service holds it, if it is pending.
+            log.warning(
+                "inbox item for request %s on %s is not signed by the Headgate service; "
+                "showing the service's record of the request instead", item.request_id,
+                msg.subject,
+            )  # fmt: skip
         offered = self._offered.get(item.request_id)
         if offered is not None:
             # A redelivery of an item still being considered: answer through the newer copy.
@@ -356,7 +379,7 @@ class Approver:
         if entry is None and snapshot.complete:
             await msg.ack()  # decided, expired or cancelled meanwhile: nothing to do
             return None
-        if entry is not None and entry.proposal_digest == item.proposal_digest:
+        if signed and entry is not None and entry.proposal_digest == item.proposal_digest:
             with contextlib.suppress(DigestMismatch):
                 return PendingRequest(
                     self, check_inbox_item(item, msg.headers), list(entry.approvals), msg
@@ -371,7 +394,7 @@ class Approver:
         if history.status != "pending":
             await msg.ack()  # decided, expired or cancelled meanwhile: nothing to do
             return None
-        shown = _trusted_item(item, history, msg.headers)
+        shown = _trusted_item(item, history, msg.headers, signed=signed)
         if shown is None:
             await msg.ack()  # nothing that can be shown truthfully: never offered
             return None
@@ -380,22 +403,31 @@ class Approver:
     async def decide(
         self, request: Decidable, verdict: DecisionVerdict, reason: str = "", *,
         wait: bool = True, timeout: float = 10.0,
+        edited_arguments: Mapping[str, Any] | None = None,
     ) -> DecisionResult:  # fmt: skip
         """Sign and publish a decision on `request` (a `PendingRequest`, an `InboxItem`, a
         `ProposalHistory` …); with `wait`, return what the collector made of it.
 
         The digest signed is the one `request` carries, and only after the proposal it shows
-        hashes to it: `DigestMismatch` otherwise, and nothing is signed.
+        hashes to it: `DigestMismatch` otherwise, and nothing is signed. With
+        `edited_arguments` the approval is of the call with those arguments instead (see
+        `approve_edited`): the digest signed is the edited proposal's.
         """
         if self.key is None:
             raise ConfigError(f"approver {self.name} has no signing key; it can only read")
         check_digest(request.request_id, request.proposal, request.proposal_digest)
         request_id = request.request_id
+        digest, edited = request.proposal_digest, None
+        if edited_arguments is not None:
+            if verdict is not DecisionVerdict.APPROVE:
+                raise ConfigError("only an approval can carry an edited call")
+            edited = dict(edited_arguments)
+            digest = edited_proposal(request.proposal, edited).digest()
         decision = self.key.sign_decision(
             ApprovalDecision(
-                request_id=request_id, proposal_digest=request.proposal_digest, verdict=verdict,
+                request_id=request_id, proposal_digest=digest, verdict=verdict,
                 approver=self.name, reason=reason, nonce=uuid.uuid4().hex,
-                issued_at=self.clock(),
+                issued_at=self.clock(), edited_arguments=edited,
             )
         )  # fmt: skip
         await transport.publish(
@@ -416,6 +448,49 @@ class Approver:
                 "pending",
             )  # fmt: skip
         return found
+
+    async def approve_edited(
+        self, request: Decidable, arguments: Mapping[str, Any], reason: str = "", *,
+        wait: bool = True, timeout: float = 10.0,
+    ) -> DecisionResult:  # fmt: skip
+        """Approve the call with `arguments` instead of those proposed (edit before approve).
+
+        The service classifies and evaluates the edited call like any proposal: it releases
+        it (the agent runs the edited arguments, and the release says they were edited) only
+        when the policy lets one approval release the edited call."""
+        return await self.decide(
+            request, DecisionVerdict.APPROVE, reason, wait=wait, timeout=timeout,
+            edited_arguments=arguments,
+        )  # fmt: skip
+
+    async def approve_all(
+        self, requests: Sequence[Decidable], reason: str = "", *, wait: bool = True,
+        timeout: float = 10.0,
+    ) -> list[DecisionResult]:  # fmt: skip
+        """Approve a batch: one signed decision per request, each over the digest of the
+        proposal it shows. Every digest is checked first; one that does not match raises
+        `DigestMismatch` and nothing at all is signed (a tampered list approves none)."""
+        self._signer()
+        for request in requests:
+            check_digest(request.request_id, request.proposal, request.proposal_digest)
+        sent = [
+            await self.decide(request, DecisionVerdict.APPROVE, reason, wait=False)
+            for request in requests
+        ]
+        if not wait:
+            return sent
+        results = []
+        for request, first in zip(requests, sent, strict=True):
+            nonce = first.nonce
+
+            async def verdict_of(request_id: str = request.request_id,
+                                 nonce: str = nonce) -> DecisionResult | None:  # fmt: skip
+                h = await transport.history(self.nc, self.subjects, request_id)
+                return _result_for(h, nonce) if h is not None else None
+
+            found = await transport.poll(verdict_of, timeout=timeout, first=0.02)
+            results.append(found or first)
+        return results
 
     # ------------------------------------------------------------------ controls
 
@@ -475,22 +550,32 @@ class Approver:
         return await controls.list_freezes(self.nc, self.subjects)
 
 
+def edited_proposal(proposal: Proposal, arguments: Mapping[str, Any]) -> Proposal:
+    """`proposal` with other arguments: the call an edited approval is signed over (the
+    service builds it the same way)."""
+    return Proposal.model_validate(
+        {**proposal.model_dump(mode="json", exclude_none=True), "arguments": dict(arguments)}
+    )
+
+
 def _trusted_item(
-    item: InboxItem, history: ProposalHistory, headers: dict[str, str] | None
+    item: InboxItem, history: ProposalHistory, headers: dict[str, str] | None, *, signed: bool
 ) -> InboxItem | None:
-    """The item to show: the one received when it is what the service holds, else the service's
-    own record of the request (a forged or stale copy is never shown), else None."""
-    try:
-        checked = check_inbox_item(item, headers)
-        if checked.proposal_digest == history.proposal_digest:
-            return checked
-        why = "its digest is not the one the service holds for the request"
-    except DigestMismatch as exc:
-        why = exc.why
-    log.warning(
-        "inbox item for request %s does not show what a decision would approve (%s); "
-        "showing the service's record instead", item.request_id, why,
-    )  # fmt: skip
+    """The item to show: the one received when it is the service's and what the service holds,
+    else the service's own record of the request (a forged or stale copy is never shown), else
+    None."""
+    if signed:
+        try:
+            checked = check_inbox_item(item, headers)
+            if checked.proposal_digest == history.proposal_digest:
+                return checked
+            why = "its digest is not the one the service holds for the request"
+        except DigestMismatch as exc:
+            why = exc.why
+        log.warning(
+            "inbox item for request %s does not show what a decision would approve (%s); "
+            "showing the service's record instead", item.request_id, why,
+        )  # fmt: skip
     if history.request_id != item.request_id or history.requirement is None:
         return None
     if history.expires_at is None:
