@@ -40,6 +40,8 @@ from workflow.classify.shellstate import (
     INTERP,
     MAX_ALTS,
     MAX_ARGV_WORDS,
+    MAX_NESTING,
+    MAX_WORK,
     Exhausted,
     ShellState,
     Template,
@@ -84,12 +86,16 @@ class Walker:
     # ------------------------------------------------------------------ words
 
     def word(self, node: Node) -> Word:
-        self.st.charge()
-        self.st.enter()
+        st = self.st  # charge() and enter(), inlined: this runs for every node
+        st.work += 1
+        if st.work > MAX_WORK or st.nesting >= MAX_NESTING:
+            st.charge(0)
+            st.enter()
+        st.nesting += 1
         try:
             return self._word(node)
         finally:
-            self.st.leave()
+            st.nesting -= 1
 
     def _word(self, node: Node) -> Word:
         t = node.type
@@ -225,12 +231,16 @@ class Walker:
         return frozenset(traits)
 
     def walk(self, node: Node, stdin_text: str | None = None) -> frozenset[str]:
-        self.st.charge()
-        self.st.enter()
+        st = self.st  # charge() and enter(), inlined: this runs for every node
+        st.work += 1
+        if st.work > MAX_WORK or st.nesting >= MAX_NESTING:
+            st.charge(0)
+            st.enter()
+        st.nesting += 1
         try:
             return self._walk(node, stdin_text)
         finally:
-            self.st.leave()
+            st.nesting -= 1
 
     def _walk(self, node: Node, stdin_text: str | None) -> frozenset[str]:
         t = node.type

@@ -321,8 +321,13 @@ def _brace_split(word: str) -> list[str] | None:
     return None
 
 
+_HOME_ROOTS = ("/home/", "/Users/", "/root", "/var/root")
+
+
 def _home_aliases(path: str, home: str) -> tuple[str, ...]:
     """`/home/alice/.bashrc` as `~/.bashrc`: another account's home is protected like ours."""
+    if not path.startswith(_HOME_ROOTS):
+        return ()
     m = _ANY_HOME.match(path)
     if m is None or path == home or path.startswith(home + "/"):
         return ()
