@@ -163,35 +163,6 @@ RULES = (
         domain=DOMAIN,
     ),
     rule(
-        "shell.history_rerun",
-        X,
-        "high",
-        "`fc` running commands again from the shell's history; fails closed",
-        domain=DOMAIN,
-    ),
-    rule(
-        "shell.compgen_command",
-        X,
-        "high",
-        "`compgen -C`/`-F`: runs a command or function to list completions; fails closed",
-        domain=DOMAIN,
-    ),
-    rule(
-        "shell.mapfile_callback",
-        X,
-        "high",
-        "`mapfile -C`/`readarray -C`: runs a callback while reading lines; fails closed",
-        domain=DOMAIN,
-    ),
-    rule(
-        "shell.too_much_work",
-        X,
-        "high",
-        "a command past a bound on the analysis' work (5,000 steps, 100 levels of nesting, "
-        "4,096 argv words, 64 KiB); fails closed",
-        domain=DOMAIN,
-    ),
-    rule(
         "shell.history_tampering",
         X,
         "high",
