@@ -156,6 +156,9 @@ class Walker:
         names = [
             c for c in node.named_children if c.type in ("variable_name", "special_variable_name")
         ]
+        if not names:  # `${arr[0]}`: the name sits in the subscript
+            sub = next((c for c in node.named_children if c.type == "subscript"), None)
+            names = [c for c in sub.named_children if c.type == "variable_name"] if sub else []
         name = _text(names[0]) if names else ""
         simple = node.type == "simple_expansion" or _text(node) == "${" + name + "}"
         traits: frozenset[str] = frozenset()
@@ -292,7 +295,11 @@ class Walker:
         word = self.word(value) if value is not None else Word("", "")
         if is_sensitive(name.split("[", 1)[0], word.value):
             self.st.add(builtins.sensitive_assignment(name))
-        self.st.remember(name, texts_of(word))
+        if value is not None and value.type == "array":  # `a=(~/.ssh/*)`: each element
+            elements = [self.word(c) for c in value.named_children]
+            self.st.remember(name, [t for w in elements for t in texts_of(w)])
+        else:
+            self.st.remember(name, texts_of(word))
         return word.traits
 
     def command(self, node: Node, stdin_text: str | None) -> frozenset[str]:

@@ -210,6 +210,19 @@ def glob_match(path: str, globs: GlobSet, unknown: bool = False) -> str | None:
         return hit
     if not _GLOB_CHARS.search(path) and not (unknown and UNKNOWN_PART in path):
         return None
+    # Any depth under a home or the root before a literal name (`find ~ -name credentials`):
+    # try the protected directories there. A project tree (`find . -name README.md`) or a
+    # wildcard name (`find ~ -name '*.md'`) is not guessed that way.
+    root, _, tail = path.partition("/**/")
+    if (
+        tail
+        and not _GLOB_CHARS.search(tail)
+        and (root in ("", "/home", "/Users") or _ANY_HOME.fullmatch(root))
+    ):
+        for name in ("", *globs.names):
+            hit = glob_match(path.replace("/**/", f"/{name}/" if name else "/", 1), globs, unknown)
+            if hit is not None:
+                return hit
     segments = path.split("/")
     for i, seg in enumerate(segments):
         if not _guessable(seg, unknown):
