@@ -9,8 +9,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from workflow.service.embedded import EmbeddedNats
+
+# The properties assert what holds, never how fast: on a machine shared with other work,
+# hypothesis's timing checks (a slow example, a slow data generation) fail tests whose
+# properties hold. No deadline and no too-slow health check; every other check stays.
+settings.register_profile("headgate", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("headgate")
 
 
 @pytest.fixture(scope="session")

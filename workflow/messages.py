@@ -69,6 +69,16 @@ class ToolDefinition(Wire):
 class ProposalContext(Wire):
     cwd: Annotated[str, Field(max_length=4096)] | None = None
     shell: Annotated[str, Field(max_length=SHORT)] | None = None
+    client: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The agent client that made the call (claude-code, codex, gemini, cursor).",
+    )
+    session_id: str | None = Field(
+        default=None,
+        max_length=200,
+        description="The client's session, so approvers can group the calls of one session.",
+    )
 
 
 class Proposal(Wire):

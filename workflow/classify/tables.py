@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workflow.classify.agent_tools import AGENT_TOOLS
 from workflow.classify.model import ModelClassifierConfig
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 
@@ -53,6 +54,7 @@ NET = Category.NETWORK
 
 #: Tools known by name. Reviewed list: a tool missing here is unknown and fails closed.
 BUILTIN_TOOLS: dict[str, ToolRule] = {
+    **{n: _rule(r, s, *c, takes_command=t) for n, (r, s, c, t) in AGENT_TOOLS.items()},
     # reads
     "read_file": _rule(R, LOW),
     "read_multiple_files": _rule(R, LOW),

@@ -13,6 +13,7 @@ from workflow.cli import (
     calls,
     controls,
     dead,
+    hook,
     inbox,
     offline,
     policy_cmds,
@@ -65,6 +66,7 @@ app.command()(calls.show)
 app.command()(dead.dead)
 app.command()(inbox.inbox)
 app.command()(bench.bench)
+app.command()(hook.hook)
 app.command()(offline.classify)
 app.command()(offline.schemas)
 app.command()(policy_cmds.explain)

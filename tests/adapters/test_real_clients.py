@@ -1,0 +1,164 @@
+"""The real Claude Code, Codex and Gemini CLIs, gated by `headgate hook <client>`.
+
+Each CLI runs non-interactively against a fake model (`fake_model.py`) that asks for one shell
+call appending to a file, with `headgate hook` configured as the client's hook, the service and
+nats-server real. The CLIs come from npm (`.ci/run` installs them into `.agent-clis/`; set
+HEADGATE_AGENT_CLIS to use another install); without them these tests are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.adapters.fake_model import FakeModel
+from tests.service.helpers import Harness, decision, running_service, send_decision
+from workflow.adapters import claude_code, codex, gemini
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+CLIS = Path(os.environ.get("HEADGATE_AGENT_CLIS") or ROOT / ".agent-clis") / "node_modules/.bin"
+AGENT = "cli-agent"
+REASON = "not in this repository, please"
+
+
+def cli(name: str) -> Path:
+    path = CLIS / name
+    if not path.exists():
+        pytest.skip(f"{path} is not installed (npm install, see .ci/run)")
+    return path
+
+
+def hook_command(client: str, nats_url: str, prefix: str, wait: float) -> str:
+    return shlex.join([
+        sys.executable, "-m", "workflow", "hook", client, "--nats-url", nats_url,
+        "--prefix", prefix, "--agent", AGENT, "--wait", f"{wait:g}", "--connect-timeout", "2",
+        "--data-dir", "/nonexistent-headgate-data",
+    ])  # fmt: skip
+
+
+def claude(home: Path, work: Path, model: str, command: str) -> tuple[list[str], dict[str, str]]:
+    (home / ".claude").mkdir(parents=True)
+    (home / ".claude/settings.json").write_text(claude_code.config(command, 40))
+    env = {"ANTHROPIC_BASE_URL": model, "ANTHROPIC_API_KEY": "sk-ant-fake",
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+           "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1"}  # fmt: skip
+    argv = [str(cli("claude")), "-p", "append hello to the file", "--output-format", "json"]
+    return argv, env
+
+
+def codex_cli(home: Path, work: Path, model: str, command: str) -> tuple[list[str], dict[str, str]]:
+    config = home / ".codex"
+    config.mkdir(parents=True)
+    (config / "config.toml").write_text(
+        'model = "gpt-fake"\nmodel_provider = "fake"\napproval_policy = "never"\n'
+        'sandbox_mode = "danger-full-access"\ncheck_for_update_on_startup = false\n\n'
+        "[analytics]\nenabled = false\n\n"
+        "[features]\nplugins = false\nremote_plugin = false\napps = false\n\n"
+        f'[model_providers.fake]\nname = "fake"\nbase_url = "{model}/v1"\n'
+        'wire_api = "responses"\nenv_key = "FAKE_API_KEY"\n\n' + codex.config(command, 40) + "\n"
+    )
+    env = {"CODEX_HOME": str(config), "FAKE_API_KEY": "sk-fake"}
+    argv = [str(cli("codex")), "exec", "--skip-git-repo-check", "--dangerously-bypass-hook-trust",
+            "append hello to the file"]  # fmt: skip
+    return argv, env
+
+
+def gemini_cli(
+    home: Path, work: Path, model: str, command: str
+) -> tuple[list[str], dict[str, str]]:
+    (home / ".gemini").mkdir(parents=True)
+    settings = json.loads(gemini.config(command, 40))
+    settings.update({
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False},
+        "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+    })  # fmt: skip
+    (home / ".gemini/settings.json").write_text(json.dumps(settings))
+    env = {"GEMINI_API_KEY": "fake", "GOOGLE_GEMINI_BASE_URL": model,
+           "GEMINI_CLI_TRUST_WORKSPACE": "true"}  # fmt: skip
+    argv = [str(cli("gemini")), "-p", "append hello to the file", "--yolo"]
+    return argv, env
+
+
+Setup = Callable[[Path, Path, str, str], tuple[list[str], dict[str, str]]]
+CLIENTS: dict[str, Setup] = {"claude-code": claude, "codex": codex_cli, "gemini": gemini_cli}
+
+
+async def drive(
+    client: str, tmp: Path, nats_url: str, prefix: str, *, wait: float = 20.0,
+    during: Callable[[], Coroutine[Any, Any, None]] | None = None,
+) -> tuple[Path, FakeModel, str]:  # fmt: skip
+    """Run the CLI once; returns the file the model's shell call appends to, the fake model
+    and the CLI's output."""
+    home, work = tmp / "home", tmp / "work"
+    work.mkdir(parents=True)
+    out = tmp / "out.txt"
+    with FakeModel(f"echo hello >> {out}") as model:
+        argv, env = CLIENTS[client](home, work, model.url, hook_command(client, nats_url,
+                                                                         prefix, wait))  # fmt: skip
+        environment = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", **env}
+        proc = await asyncio.create_subprocess_exec(
+            *argv, cwd=work, env=environment, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        helper = asyncio.create_task(during()) if during else None
+        output, _ = await asyncio.wait_for(proc.communicate(), 240)
+        if helper is not None:
+            await asyncio.wait_for(helper, 30)
+    return out, model, output.decode(errors="replace")
+
+
+async def decide_first(h: Harness, verdict: str) -> None:
+    (item,) = await h.observer.wait_for("inbox", timeout=60)
+    await send_decision(
+        h.nc, h.subjects,
+        decision(h.key, item["request_id"], item["proposal_digest"], verdict, reason=REASON),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+async def test_a_rejected_shell_call_does_not_run_and_the_model_reads_why(
+    client: str, nats_url: str, tmp_path: Path
+) -> None:
+    async with running_service(nats_url, tmp_path / "service") as h:
+        out, model, output = await drive(
+            client, tmp_path, nats_url, h.subjects.prefix,
+            during=lambda: decide_first(h, "reject"),
+        )  # fmt: skip
+        assert not out.exists(), output
+        assert model.sent_back(REASON), output
+        assert len(h.observer.of("blocked")) == 1
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+async def test_an_approved_shell_call_runs_once_and_is_reported(
+    client: str, nats_url: str, tmp_path: Path
+) -> None:
+    async with running_service(nats_url, tmp_path / "service") as h:
+        out, _, output = await drive(
+            client, tmp_path, nats_url, h.subjects.prefix,
+            during=lambda: decide_first(h, "approve"),
+        )  # fmt: skip
+        assert out.read_text() == "hello\n", output
+        (released,) = h.observer.of("released")
+        (executed,) = await h.observer.wait_for("executed", released["proposal_id"])
+        assert executed["success"] is True
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+async def test_with_headgate_stopped_the_shell_call_does_not_run(
+    client: str, tmp_path: Path
+) -> None:
+    out, model, output = await drive(client, tmp_path, "nats://127.0.0.1:1", "headgate")
+    assert not out.exists(), output
+    assert model.sent_back("could not check this call"), output

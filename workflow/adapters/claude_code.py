@@ -1,0 +1,109 @@
+"""Claude Code's command hooks (`~/.claude/settings.json` or `.claude/settings.json`).
+
+Measured with the real CLI (see the README): a `PreToolUse` answer
+`hookSpecificOutput.permissionDecision = "allow"` runs the call without Claude Code's own
+prompt; exit 2 with the reason on stderr blocks it and the reason reaches the model as the
+tool's error. Claude Code ignores `{"decision": "deny"}`, and a hook that crashes or times out
+falls through to its own permission check, so every failure here must end in exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from workflow.adapters.calls import (
+    Action,
+    Answer,
+    Client,
+    HookCall,
+    HookInputError,
+    Phase,
+    Reply,
+    as_json,
+    block,
+    mcp_server,
+    required_tool,
+    result_summary,
+    text,
+    tool_input,
+)
+
+NAME = "claude-code"
+
+#: Every hook event Claude Code sends, by what Headgate does with it.
+EVENTS: dict[str, Phase] = {
+    "PreToolUse": Phase.BEFORE,
+    # Fires only where Claude Code would ask the user; answered like PreToolUse.
+    "PermissionRequest": Phase.BEFORE,
+    "PostToolUse": Phase.AFTER,
+    "PostToolUseFailure": Phase.AFTER,
+    "UserPromptSubmit": Phase.OTHER,
+    "Notification": Phase.OTHER,
+    "Stop": Phase.OTHER,
+    "SubagentStart": Phase.OTHER,
+    "SubagentStop": Phase.OTHER,
+    "PreCompact": Phase.OTHER,
+    "SessionStart": Phase.OTHER,
+    "SessionEnd": Phase.OTHER,
+}
+
+
+def parse(event: Mapping[str, Any]) -> HookCall:
+    name = text(event, "hook_event_name")
+    if name is None or name not in EVENTS:
+        raise HookInputError(f"unknown Claude Code hook event {name!r}")
+    phase = EVENTS[name]
+    call = HookCall(NAME, name, phase, cwd=text(event, "cwd"), session_id=text(event, "session_id"))
+    if phase is Phase.OTHER:
+        return call
+    tool = required_tool(event)
+    arguments = tool_input(event)
+    description = arguments.get("description")
+    call = replace(
+        call, tool=tool, arguments=arguments, server=mcp_server(NAME, tool),
+        intent=description if isinstance(description, str) else None,
+    )  # fmt: skip
+    if phase is Phase.AFTER:
+        ok, summary = result_summary(event.get("tool_response", event.get("error")))
+        failed = name == "PostToolUseFailure"
+        return replace(call, succeeded=ok and not failed, summary=summary)
+    return call
+
+
+def render(call: HookCall, answer: Answer) -> Reply:
+    if answer.action is Action.DENY:
+        return block(answer.reason)
+    if answer.action is Action.NEUTRAL or call.phase is not Phase.BEFORE:
+        return Reply()
+    if call.event == "PermissionRequest":
+        decision: dict[str, Any] = {"behavior": "allow"}
+        if answer.arguments is not None:
+            decision["updatedInput"] = answer.arguments
+        return Reply(stdout=as_json({"hookSpecificOutput": {
+            "hookEventName": "PermissionRequest", "decision": decision}}))  # fmt: skip
+    out: dict[str, Any] = {
+        "hookEventName": "PreToolUse",
+        "permissionDecision": "allow",
+        "permissionDecisionReason": answer.reason,
+    }
+    if answer.arguments is not None:
+        out["updatedInput"] = answer.arguments
+    return Reply(stdout=as_json({"hookSpecificOutput": out}))
+
+
+def config(command: str, timeout: int) -> str:
+    """For `~/.claude/settings.json` (timeout in seconds)."""
+    hook = [{"type": "command", "command": command, "timeout": timeout}]
+    return json.dumps(
+        {"hooks": {
+            "PreToolUse": [{"matcher": "*", "hooks": hook}],
+            "PostToolUse": [{"matcher": "*", "hooks": hook}],
+        }},
+        indent=2,
+    )  # fmt: skip
+
+
+CLIENT = Client(NAME, parse, render, config, "~/.claude/settings.json")

@@ -1,0 +1,141 @@
+"""A client's tool call through Headgate: propose it, wait for the outcome, report it ran.
+
+The I/O half of the hooks, through the agent SDK like any agent. A hook process is started
+per tool call and keeps no state, so a call is found again by its id: the same session, tool,
+arguments and directory give the same id stem (`calls.proposal_base`), and generation `n` of
+the stem is the `n`-th time that call is made. Generations are used in order, so the current
+one is the highest that exists (found with O(log n) lookups). It is spent once the call ran
+(an `executed` report) or its request expired or was withdrawn; then the next call makes
+generation `n + 1`. A retry of a call still pending, or already rejected, binds to the same
+request instead of opening another.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from workflow.adapters.calls import (
+    NEUTRAL,
+    Action,
+    Answer,
+    HookCall,
+    Phase,
+    blocked_reason,
+    pending_reason,
+    proposal_base,
+    proposal_id,
+)
+from workflow.client import transport
+from workflow.client.agent import Headgate, Ticket
+from workflow.client.connection import Role, resolve_nats
+from workflow.client.errors import ResultTimeout
+from workflow.client.worker import report_execution
+from workflow.messages import Blocked, ProposalHistory
+from workflow.outcomes import Outcome
+from workflow.routing import release_id_for
+
+_TOKEN_BAD = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    agent: str
+    workspace: str = "default"
+    #: Seconds to hold the client for a decision before answering "pending".
+    wait: float = 20.0
+    connect_timeout: float = 3.0
+    prefix: str = "headgate"
+    nats_url: str | None = None
+    data_dir: Path | None = None
+
+
+async def decide(call: HookCall, options: GateOptions) -> Answer:
+    """Headgate's answer to one hook event (the call has been reported, for an `after`)."""
+    if call.phase is Phase.OTHER:
+        return NEUTRAL
+    target = resolve_nats(options.nats_url, role=Role.AGENT, data_dir=options.data_dir)
+    async with Headgate.connect(
+        target, agent=options.agent, workspace=options.workspace, prefix=options.prefix,
+        connect_timeout=options.connect_timeout, max_reconnect_attempts=0,
+    ) as hg:  # fmt: skip
+        base = proposal_base(call, options.agent, options.workspace)
+        generation, found = await current(hg, base)
+        if call.phase is Phase.AFTER:
+            await _report(hg, call, proposal_id(base, generation), found)
+            return NEUTRAL
+        if found is not None and _spent(found):
+            generation, found = generation + 1, None
+        pid = proposal_id(base, generation)
+        ticket = await (hg.ticket(pid) if found is not None else _propose(hg, call, pid))
+        return await _outcome(ticket, call, options.wait)
+
+
+async def current(hg: Headgate, base: str) -> tuple[int, ProposalHistory | None]:
+    """The highest generation of `base` the service knows, with its history (0, None: none)."""
+
+    async def lookup(generation: int) -> ProposalHistory | None:
+        return await transport.history(
+            hg.nc, hg.subjects, proposal_id(base, generation), agent=hg.agent
+        )
+
+    found = await lookup(0)
+    if found is None:
+        return 0, None
+    low, low_found, high = 0, found, 1
+    while (probe := await lookup(high)) is not None:  # gallop: 1, 2, 4, ...
+        low, low_found, high = high, probe, high * 2
+    while high - low > 1:  # the highest existing one lies in [low, high)
+        middle = (low + high) // 2
+        probe = await lookup(middle)
+        if probe is None:
+            high = middle
+        else:
+            low, low_found = middle, probe
+    return low, low_found
+
+
+def _executed(history: ProposalHistory) -> bool:
+    return any(e.kind == "executed" for e in history.events)
+
+
+def _spent(history: ProposalHistory) -> bool:
+    """This generation is over: the next identical call is a new proposal."""
+    if history.status in (Outcome.EXPIRED, Outcome.CANCELLED):
+        return True
+    return history.status == Outcome.RELEASED and _executed(history)
+
+
+async def _propose(hg: Headgate, call: HookCall, pid: str) -> Ticket:
+    source = _TOKEN_BAD.sub("_", call.server)[:128] if call.server else None
+    return await hg.propose(
+        call.tool, call.arguments, intent=call.intent, source=source, proposal_id=pid,
+        context={"cwd": call.cwd, "client": call.client, "session_id": call.session_id},
+    )  # fmt: skip
+
+
+async def _outcome(ticket: Ticket, call: HookCall, wait: float) -> Answer:
+    try:
+        outcome = await ticket.result(timeout=wait)
+    except ResultTimeout:
+        return Answer(Action.DENY, pending_reason(ticket.request_id, ticket.proposal_id, wait))
+    if isinstance(outcome, Blocked):
+        reason = blocked_reason(outcome.outcome, outcome.reason, outcome.request_id)
+        return Answer(Action.DENY, reason)
+    why = (
+        f"approved in Headgate (request {outcome.request_id})"
+        if outcome.request_id
+        else "allowed by Headgate's policy"
+    )
+    changed = outcome.arguments if outcome.arguments != call.arguments else None
+    return Answer(Action.ALLOW, why, changed)
+
+
+async def _report(hg: Headgate, call: HookCall, pid: str, found: ProposalHistory | None) -> None:
+    """Report the call as executed, once, if Headgate released it and it was not reported."""
+    if found is None or found.status != Outcome.RELEASED or _executed(found):
+        return
+    await report_execution(
+        hg.nc, hg.subjects, release_id_for(pid), pid, hg.agent, call.succeeded, call.summary
+    )

@@ -1,0 +1,131 @@
+"""`headgate hook <client>`: the process a client starts for each hook event.
+
+No client fails closed: a hook that crashes, times out or prints something unexpected lets the
+call run in every one of them. So this never raises and never hangs: whatever goes wrong
+before Headgate has answered (bad input, no NATS, no service, an exception, the time budget
+spent) ends in the client's blocking answer — exit 2 with the reason on stderr — within
+`connect_timeout + wait` seconds and a small margin, and a timer kills the process with the
+same answer should the event loop itself get stuck.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from types import FrameType
+from typing import TextIO
+
+from workflow.adapters import claude_code, codex, cursor, gemini
+from workflow.adapters.calls import (
+    Action,
+    Answer,
+    Client,
+    HookCall,
+    HookInputError,
+    Phase,
+    Reply,
+    block,
+    unavailable_reason,
+)
+from workflow.adapters.gate import GateOptions, decide
+
+CLIENTS: dict[str, Client] = {
+    c.name: c for c in (claude_code.CLIENT, codex.CLIENT, gemini.CLIENT, cursor.CLIENT)
+}
+
+#: Seconds the hook may take beyond `connect_timeout + wait` (lookups, publishing, answering).
+MARGIN = 4.0
+#: Largest hook input read (a Write of a big file carries the whole content).
+MAX_INPUT = 16 * 1024 * 1024
+
+
+def budget(options: GateOptions) -> float:
+    """The longest a hook process takes before answering."""
+    return options.connect_timeout + options.wait + MARGIN
+
+
+def client_timeout(options: GateOptions) -> int:
+    """The timeout to configure in the client: longer than the hook ever takes."""
+    return int(budget(options) + 0.999) + 5
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no answer within the hook's time budget"
+    text = str(exc).strip()
+    return text or type(exc).__name__
+
+
+def _parse(client: Client, raw: str) -> HookCall:
+    try:
+        event = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise HookInputError(f"the hook input is not JSON ({exc.msg} at {exc.pos})") from exc
+    if not isinstance(event, Mapping):
+        raise HookInputError("the hook input is not a JSON object")
+    return client.parse(event)
+
+
+def answer(client: Client, raw: str, options: GateOptions) -> Reply:
+    """The reply to one hook event. Never raises: a failure is a block (or, after the call
+    ran, a non-blocking error: the call cannot be stopped any more)."""
+    call: HookCall | None = None
+    try:
+        call = _parse(client, raw)
+        if call.phase is Phase.OTHER:
+            return client.render(call, Answer(Action.NEUTRAL))
+        decided = asyncio.run(asyncio.wait_for(decide(call, options), budget(options)))
+        return client.render(call, decided)
+    except Exception as exc:
+        if call is not None and call.phase is Phase.AFTER:
+            return Reply(stderr=f"Headgate could not record that the call ran: {_describe(exc)}\n",
+                         code=1)  # fmt: skip
+        reason = unavailable_reason(_describe(exc))
+        where = call or HookCall(client.name, "", Phase.BEFORE)
+        try:
+            return client.render(where, Answer(Action.DENY, reason))
+        except Exception:
+            return block(reason)
+
+
+def _deadline(options: GateOptions, out: TextIO) -> None:
+    """Past the budget (plus a second), answer "blocked" and end the process at once."""
+    reason = unavailable_reason("the hook did not finish in time")
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        out.write(reason + "\n")
+        out.flush()
+        os._exit(2)
+
+    signal.signal(signal.SIGALRM, expire)
+    signal.alarm(int(budget(options) + 0.999) + 1)
+
+
+def run(client_name: str, options: GateOptions, stdin: TextIO | None = None) -> int:
+    """Read one event from stdin, write the reply, return the exit code."""
+    _deadline(options, sys.stderr)
+    client = CLIENTS[client_name]
+    try:
+        raw = (stdin or sys.stdin).read(MAX_INPUT)
+    except Exception as exc:
+        raw = ""
+        reply = block(unavailable_reason(f"reading the hook input failed: {_describe(exc)}"))
+    else:
+        reply = answer(client, raw, options)
+    if reply.stdout:
+        sys.stdout.write(reply.stdout)
+        sys.stdout.flush()
+    if reply.stderr:
+        sys.stderr.write(reply.stderr)
+        sys.stderr.flush()
+    signal.alarm(0)
+    return reply.code
+
+
+def print_config(client_name: str, command: str, options: GateOptions) -> str:
+    client = CLIENTS[client_name]
+    return client.config(command, client_timeout(options))

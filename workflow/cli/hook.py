@@ -1,0 +1,122 @@
+"""`headgate hook <client>`: gate a coding agent's tool calls through its hooks."""
+
+from __future__ import annotations
+
+import getpass
+import shlex
+import shutil
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from workflow.cli.common import DEFAULT_DATA_DIR, DataDir, NatsUrl, Prefix
+
+if TYPE_CHECKING:
+    from workflow.adapters.gate import GateOptions
+
+CLIENT_NAMES = ("claude-code", "codex", "gemini", "cursor")
+
+
+def _client(value: str) -> str:
+    if value not in CLIENT_NAMES:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(CLIENT_NAMES)}")
+    return value
+
+
+def hook(
+    client: Annotated[
+        str,
+        typer.Argument(
+            help="The client whose hook JSON comes on stdin: claude-code, codex, gemini or cursor.",
+            callback=_client,
+            show_default=False,
+        ),
+    ],
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            envvar="HEADGATE_AGENT",
+            help="Agent name. Default: the client and the user, e.g. claude-code-alice.",
+        ),
+    ] = None,
+    workspace: Annotated[
+        str, typer.Option("--workspace", envvar="HEADGATE_WORKSPACE", help="Workspace.")
+    ] = "default",
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            min=0,
+            help="Seconds to hold the client for a decision before answering that the call "
+            "is pending (blocked for now; the same call retried picks up the decision).",
+        ),
+    ] = 20.0,
+    connect_timeout: Annotated[
+        float,
+        typer.Option(
+            "--connect-timeout", min=0.1, help="Seconds to reach NATS before blocking the call."
+        ),
+    ] = 3.0,
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+    prefix: Prefix = "headgate",
+    print_config: Annotated[
+        bool,
+        typer.Option(
+            "--print-config",
+            help="Print the settings snippet that runs this hook (matcher, command, timeout) "
+            "and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Answer one hook event of a coding agent (the client's JSON on stdin).
+
+    Before a tool runs, the call becomes a proposal and the answer is Headgate's outcome in the
+    shape that client honours: released → allow, blocked → deny with the reason (it reaches the
+    model), still pending after --wait → deny naming the request ("ask again later"). After a
+    tool ran, it is reported as executed. It fails closed: bad input, no NATS, no service or any
+    error blocks the call (exit 2, the reason on stderr) within --connect-timeout + --wait + a
+    few seconds. `--print-config` prints what to paste into the client's settings.
+    """
+    from workflow.adapters.calls import default_agent
+    from workflow.adapters.gate import GateOptions
+
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = None
+    options = GateOptions(
+        agent=agent or default_agent(client, user), workspace=workspace, wait=wait,
+        connect_timeout=connect_timeout, prefix=prefix, nats_url=nats_url,
+        data_dir=data_dir.absolute(),
+    )  # fmt: skip
+    if print_config:
+        from workflow.adapters.hook import CLIENTS
+        from workflow.adapters.hook import print_config as snippet
+
+        command = _command(client, options, agent, nats_url)
+        sys.stdout.write(f"# {CLIENTS[client].config_file}\n{snippet(client, command, options)}\n")
+        raise typer.Exit(0)
+    from workflow.adapters.hook import run
+
+    raise typer.Exit(run(client, options))
+
+
+def _command(client: str, options: GateOptions, agent: str | None, nats_url: str | None) -> str:
+    exe = shutil.which("headgate") or str(Path(sys.argv[0]).absolute())
+    argv = [exe, "hook", client]
+    if agent:
+        argv += ["--agent", options.agent]
+    if options.workspace != "default":
+        argv += ["--workspace", options.workspace]
+    argv += ["--wait", f"{options.wait:g}", "--connect-timeout", f"{options.connect_timeout:g}"]
+    if nats_url:
+        argv += ["--nats-url", nats_url]
+    if options.data_dir is not None and (nats_url is None or options.data_dir.is_dir()):
+        argv += ["--data-dir", str(options.data_dir)]
+    if options.prefix != "headgate":
+        argv += ["--prefix", options.prefix]
+    return shlex.join(argv)
