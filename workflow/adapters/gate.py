@@ -59,6 +59,7 @@ async def decide(call: HookCall, options: GateOptions) -> Answer:
     async with Headgate.connect(
         target, agent=options.agent, workspace=options.workspace, prefix=options.prefix,
         connect_timeout=options.connect_timeout, max_reconnect_attempts=0,
+        data_dir=options.data_dir,  # where `serve` wrote its key (service.pub): trusted events
     ) as hg:  # fmt: skip
         base = proposal_base(call, options.agent, options.workspace)
         generation, found = await current(hg, base)
