@@ -316,6 +316,14 @@ async def test_the_cli_grants_lists_approves_in_batch_and_freezes(
             await h.observer.wait_for("released", item.proposal_id)
         assert (await cli("approve", "--all", "--yes", *signed_as)).exit_code == 2  # no filter
 
+        ours = await held_items(h, 2, agent="agent-8", context={"session_id": "s1"})
+        (theirs,) = await held_items(h, 1, agent="agent-8", context={"session_id": "s2"})
+        out = await cli("approve", "--all", "--session", "s1", "--yes", *signed_as)
+        assert out.exit_code == 0, out.output
+        for item in ours:
+            await h.observer.wait_for("released", item.proposal_id)
+        assert (await h.service_history(theirs.proposal_id))["status"] == "pending"
+
         out = await cli("freeze", "--workspace", "default", "--reason", "drill", *signed_as)
         assert out.exit_code == 0, out.output
         assert "Frozen" in out.output

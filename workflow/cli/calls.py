@@ -426,6 +426,9 @@ def approve(
         str | None, typer.Option("--workspace", help="With --all: this workspace.")
     ] = None,
     risk: Annotated[str | None, typer.Option("--risk", help="With --all: this risk class.")] = None,
+    session: Annotated[
+        str | None, typer.Option("--session", help="With --all: this client session.")
+    ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="With --all: do not ask.")] = False,
     nats_url: NatsUrl = None,
     data_dir: DataDir = DEFAULT_DATA_DIR,
@@ -449,8 +452,8 @@ def approve(
         if ident is not None or grant is not None or edit is not None:
             fail("--all approves the matching requests; it takes no ID and no --grant")
         controls.approve_all(
-            reason, key, approver, agent, tool, workspace, risk, yes, nats_url, data_dir,
-            prefix, json_out,
+            reason, key, approver, agent, tool, workspace, risk, session, yes, nats_url,
+            data_dir, prefix, json_out,
         )  # fmt: skip
         return
     if ident is None:
