@@ -49,6 +49,9 @@ class GrantIssue(Wire):
     tool: Annotated[str, Field(min_length=1, max_length=200)]
     workspace: Token
     agent: Token | None = Field(default=None, description="Only this agent's calls (else any).")
+    session_id: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+        default=None, description="Only the calls of this client session (proposal context)."
+    )
     scope: GrantScope
     command_prefix: list[Annotated[str, Field(min_length=1)]] | None = Field(
         default=None,
@@ -80,6 +83,7 @@ class GrantInfo(Wire):
     tool: str
     workspace: str
     agent: str | None = None
+    session_id: str | None = None
     scope: GrantScope
     command_prefix: list[str] | None = None
     path_glob: str | None = None

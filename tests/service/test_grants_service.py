@@ -369,3 +369,23 @@ async def test_an_edited_call_is_evaluated_released_with_its_arguments_and_audit
         assert "decision.edited" in await h.audit_kinds()
         history = await h.service_history(pid)
         assert history["proposal"]["arguments"] == {"command": "make deploy-all"}  # as proposed
+
+
+async def test_a_grant_limited_to_a_session_releases_only_that_sessions_calls(
+    nats_url: str, tmp_path: Path, database_url: str
+) -> None:
+    async with replicas(nats_url, tmp_path, database_url) as (h,):
+        context = {"session_id": "s1"}
+        pid = await propose(h.nc, h.subjects, tool="run_shell",
+                            arguments={"command": "npm test"}, context=context)  # fmt: skip
+        (raw,) = await h.observer.wait_for("inbox", pid)
+        item = InboxItem.model_validate({k: v for k, v in raw.items() if k != "_subject"})
+        made = await approver(h).grant(item, ttl=600, this_session=True)
+        assert made.session_id == "s1"
+        same = await propose(h.nc, h.subjects, tool="run_shell",
+                             arguments={"command": "npm test"}, context=context)  # fmt: skip
+        other = await propose(h.nc, h.subjects, tool="run_shell",
+                              arguments={"command": "npm test"},
+                              context={"session_id": "s2"})  # fmt: skip
+        assert await outcome(h, same) == "released"
+        assert await outcome(h, other) == "held"

@@ -117,8 +117,9 @@ def _runtime() -> None:
     globals().update(locals())
 
 
-#: What `--grant` asked for: ttl, scope, command prefix, path glob, any agent, max uses.
-Granting = tuple["timedelta", "GrantScope | None", str | None, str | None, bool, int | None]
+#: What `--grant` asked for: ttl, scope, command prefix, path glob, any agent, max uses, this
+#: session only.
+Granting = tuple["timedelta", "GrantScope | None", str | None, str | None, bool, int | None, bool]
 
 EXIT_BLOCKED = 3
 EXIT_PENDING = 4
@@ -408,6 +409,10 @@ def approve(
     max_uses: Annotated[
         int | None, typer.Option("--max-uses", min=1, help="The grant releases at most N calls.")
     ] = None,
+    this_session: Annotated[
+        bool,
+        typer.Option("--this-session", help="The grant covers only this client session's calls."),
+    ] = False,
     edit: Annotated[
         str | None,
         typer.Option(
@@ -461,9 +466,10 @@ def approve(
     granting = None
     if grant is not None:
         granting = (controls.parse_ttl(grant), controls.parse_scope(scope), command_prefix,
-                    path_glob, any_agent, max_uses)  # fmt: skip
-    elif scope or command_prefix or path_glob or any_agent or max_uses:
-        fail("--scope, --prefix, --path-glob, --any-agent and --max-uses shape a --grant")
+                    path_glob, any_agent, max_uses, this_session)  # fmt: skip
+    elif scope or command_prefix or path_glob or any_agent or max_uses or this_session:
+        fail("--scope, --prefix, --path-glob, --any-agent, --max-uses and --this-session shape "
+             "a --grant")  # fmt: skip
     _decide(
         ident, DecisionVerdict.APPROVE, reason, key, approver, nats_url, data_dir, prefix,
         json_out, granting, changes,

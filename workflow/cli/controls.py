@@ -76,6 +76,7 @@ async def grant_from(
     path_glob: str | None,
     any_agent: bool,
     max_uses: int | None,
+    this_session: bool,
     reason: str,
 ) -> GrantInfo:
     """The grant made from an approved request (`headgate approve ID --grant 1h`)."""
@@ -86,7 +87,7 @@ async def grant_from(
     words = prefix.split() if prefix else None
     return await client.grant(
         shown, ttl=ttl, scope=scope, prefix=words, path_glob=path_glob, any_agent=any_agent,
-        max_uses=max_uses, reason=reason,
+        this_session=this_session, max_uses=max_uses, reason=reason,
     )  # fmt: skip
 
 

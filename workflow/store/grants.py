@@ -52,6 +52,7 @@ def _terms(row: Any) -> GrantTerms:
         max_uses=row.max_uses,
         uses=int(row.uses),
         revoked=row.revoked_at is not None,
+        session_id=row.session_id,
     )
 
 
@@ -272,6 +273,7 @@ def _info(row: Any, now: datetime) -> GrantInfo:
         tool=row.tool,
         workspace=row.workspace,
         agent=row.agent,
+        session_id=row.session_id,
         scope=GrantScope(row.scope),
         command_prefix=json.loads(row.command_prefix) if row.command_prefix else None,
         path_glob=row.path_glob,
