@@ -8,7 +8,6 @@ every field but `signature` (`workflow.messages.signed_text`).
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
@@ -53,7 +52,10 @@ class GrantIssue(Wire):
         default=None, description="Only the calls of this client session (proposal context)."
     )
     scope: GrantScope
-    command_prefix: list[Annotated[str, Field(min_length=1)]] | None = Field(
+    command_prefix: (
+        Annotated[list[Annotated[str, Field(min_length=1, max_length=4096)]], Field(max_length=64)]
+        | None
+    ) = Field(
         default=None,
         description="command-prefix: the argv a simple command must start with, word for word.",
     )
@@ -87,11 +89,11 @@ class GrantInfo(Wire):
     scope: GrantScope
     command_prefix: list[str] | None = None
     path_glob: str | None = None
-    issued_at: datetime
-    expires_at: datetime
+    issued_at: AwareDatetime
+    expires_at: AwareDatetime
     max_uses: int | None = None
     uses: int = 0
-    revoked_at: datetime | None = None
+    revoked_at: AwareDatetime | None = None
     revoked_by: str | None = None
     status: str = Field(description="active, used_up, expired or revoked.")
 
@@ -156,7 +158,7 @@ class FreezeInfo(Wire):
     all_calls: bool = False
     reason: str = ""
     by: str
-    at: datetime
+    at: AwareDatetime
 
 
 class FreezeReply(Wire):

@@ -11,6 +11,8 @@
 | `credentials/<role>.nk` | `serve` with an embedded server (mode 0600) | clients of that role |
 | `web.url` | `serve --web-port` | `headgate web invite` (the link's base) |
 | `notify.key` | `serve`, for webhooks without a secret of their own (0600) | webhook receivers |
+| `service.seed` | `serve` without `--service-seed` (0600): signs events, answers | `serve` |
+| `service.pub` | `serve` (the service key's public key) | the CLI, the SDKs, the web inbox |
 
 Where a client looks is `workflow.client.connection.resolve_nats`; the names it reads are
 defined there (a client loads little) and re-exported here.
@@ -25,12 +27,13 @@ from typing import TYPE_CHECKING
 
 from workflow.client.connection import CREDENTIALS_DIR as CREDENTIALS_DIR
 from workflow.client.connection import DEFAULT_DATA_DIR
+from workflow.client.connection import SERVICE_KEY_FILE as SERVICE_KEY_FILE
 from workflow.client.connection import URL_FILE as URL_FILE
 from workflow.client.connection import credentials_file as credentials_file
 from workflow.errors import ConfigError
 
 if TYPE_CHECKING:
-    from workflow.signing import ApproverKey
+    from workflow.signing import ApproverKey, ServiceKey
 
 DEFAULT = DEFAULT_DATA_DIR
 #: The embedded nats-server's port, kept across restarts so connected clients reconnect.
@@ -40,6 +43,7 @@ LOCAL_KEY_FILE = "approver.seed"
 DATABASE_FILE = "headgate.db"
 WEB_URL_FILE = "web.url"
 NOTIFY_KEY_FILE = "notify.key"
+SERVICE_SEED_FILE = "service.seed"
 
 
 def sqlite_url(data_dir: Path) -> str:
@@ -79,6 +83,30 @@ def local_approver(data_dir: Path) -> tuple[ApproverKey, Path, bool]:
     key = ApproverKey.generate()
     key.write(path)
     return key, path, True
+
+
+def service_key(data_dir: Path, seed: Path | None = None) -> tuple[ServiceKey, Path]:
+    """The key the service signs its events and answers with: the configured seed file (an
+    external deployment's secret, shared by its replicas), else the data dir's, created (mode
+    0600) on first use. Its public key is written to `service.pub`, where clients find it."""
+    from workflow.signing import ServiceKey
+
+    path = seed or data_dir / SERVICE_SEED_FILE
+    if seed is None and not path.exists():
+        key = ServiceKey.generate()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(key.seed + b"\n")
+    else:
+        key = ServiceKey.from_file(path)
+    public = data_dir / SERVICE_KEY_FILE
+    try:
+        current = public.read_text().strip()
+    except OSError:
+        current = None
+    if current != key.public_key:
+        public.write_text(key.public_key + "\n")
+    return key, path
 
 
 def notify_key(data_dir: Path) -> tuple[bytes, Path]:

@@ -12,7 +12,15 @@ import json
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeGuard
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+)
 
 from workflow.canonical import signed_form
 from workflow.classify.taxonomy import Category, RiskClass, Severity
@@ -22,6 +30,24 @@ from workflow.outcomes import BlockedOutcome
 Token = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
 Identifier = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:@-]+$")]
 
+
+#: Every approval request id starts with this (`rq_` and 24 hex digits, derived from the
+#: proposal id), and no proposal id may: an id names one kind of thing, so a lookup by id
+#: can never take an attacker's proposal for a victim's request.
+REQUEST_ID_PREFIX = "rq_"
+
+
+def _not_a_request_id(value: str) -> str:
+    if value.startswith(REQUEST_ID_PREFIX):
+        raise ValueError(f"a proposal id may not start with {REQUEST_ID_PREFIX!r} (request ids do)")
+    return value
+
+
+ProposalId = Annotated[
+    Identifier,
+    AfterValidator(_not_a_request_id),
+    Field(json_schema_extra={"not": {"pattern": f"^{REQUEST_ID_PREFIX}"}}),
+]
 
 #: Bounds of received free text, in characters: every string the service receives is bounded,
 #: so what it accepts always fits its columns and the records that quote it.
@@ -36,7 +62,7 @@ Signature = Annotated[str, Field(min_length=1, max_length=200)]
 
 
 class Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 # --------------------------------------------------------------------------- proposals
@@ -84,7 +110,7 @@ class ProposalContext(Wire):
 class Proposal(Wire):
     """One tool call an agent wants to make. `id` is the idempotency key."""
 
-    id: Identifier
+    id: ProposalId
     agent: Token
     workspace: Token = "default"
     source: Token | None = Field(default=None, description="Data source or connection name.")
@@ -532,6 +558,18 @@ class ApiError(Wire):
     error: str
 
 
+class ServiceKeyQuery(Wire):
+    """Ask for the key the service signs its events and answers with (headgate.api.key)."""
+
+
+class ServiceKeyReply(Wire):
+    public_key: str = Field(
+        description="The service's public nkey (N…). Every inbox item, result event and API "
+        "answer carries its Ed25519 signature over `headgate-event-v1\\n<subject>\\n<payload>` "
+        "in the Headgate-Signature header (base64url)."
+    )
+
+
 # --------------------------------------------------------------------------- web inbox API
 
 
@@ -676,6 +714,8 @@ WIRE_MODELS: dict[str, type[BaseModel]] = {
     "api_offered_query": OfferedQuery,
     "api_offered_reply": OfferedReply,
     "api_error": ApiError,
+    "api_key_query": ServiceKeyQuery,
+    "api_key_reply": ServiceKeyReply,
     "api_web_invite": WebInvite,
     "api_web_invite_reply": WebInviteReply,
     "api_web_invitation_query": InvitationQuery,

@@ -26,6 +26,7 @@ from workflow.effects import (
     RequestRecord,
     StoredIntake,
 )
+from workflow.masking import masked_proposal
 from workflow.messages import (
     ApprovalRecord,
     Blocked,
@@ -234,15 +235,17 @@ def route(
             received_at=now,
         )
     )
-    # The proposal exactly as the agent sent it (a JSON object: it was validated as one) and
-    # the parts already serialised, joined rather than serialised again.
+    # The proposal with its secrets masked beside the digest of the real one (kept, with its
+    # secrets, once: in the proposal's row, which a release needs), and the parts already
+    # serialised, joined rather than serialised again.
+    shown = to_json(masked_proposal(proposal)).decode()
     record.audit.append(
         AuditEntry(
             kind="proposal",
             actor=proposal.agent,
             proposal_id=proposal.id,
             data=(
-                f'{{"proposal":{payload},"digest":"{digest}",'
+                f'{{"proposal":{shown},"digest":"{digest}",'
                 f'"classification":{classification_json},"verdict":{verdict_json}}}'
             ),
         )

@@ -79,13 +79,17 @@ class ApproverKey:
 def decode_user_key(public_key: str) -> bytes | None:
     """The Ed25519 public key inside a public user nkey (``U…``, 56 characters, with its
     checksum), or None when the text is not one."""
-    if len(public_key) != 56 or not public_key.startswith("U"):
+    return _decode_public(public_key, "U", nkeys.PREFIX_BYTE_USER)
+
+
+def _decode_public(public_key: str, letter: str, prefix: int) -> bytes | None:
+    if len(public_key) != 56 or not public_key.startswith(letter):
         return None
     try:
         raw = base64.b32decode(public_key + "=" * (-len(public_key) % 8))
     except (binascii.Error, ValueError):
         return None
-    if len(raw) != 35 or raw[0] != nkeys.PREFIX_BYTE_USER:
+    if len(raw) != 35 or raw[0] != prefix:
         return None
     body, crc = raw[:-2], raw[-2:]
     if nkeys.crc16(bytearray(body)) != int.from_bytes(crc, "little"):
@@ -149,3 +153,86 @@ def verify_record(record: ApprovalRecord) -> bool:
     if not record.key or not record.signature or not record.signed:
         return False
     return verify(record.key, record.signed.encode(), record.signature)
+
+
+# --------------------------------------------------------------------------- the service's key
+
+#: The NATS header carrying the service's signature on what it publishes.
+SIGNATURE_HEADER = "Headgate-Signature"
+#: The NATS header naming the key that made it (informative: clients check their trusted key).
+SIGNER_HEADER = "Headgate-Signer"
+_EVENT_DOMAIN = b"headgate-event-v1\n"
+
+
+def event_signing_bytes(subject: str, payload: bytes) -> bytes:
+    """What the service signs for a message it publishes: a domain tag, the subject (so an
+    event cannot be moved to another agent's or workspace's subject) and the exact payload."""
+    return _EVENT_DOMAIN + subject.encode() + b"\n" + payload
+
+
+class ServiceKey:
+    """The service's own signing key: an nkeys *server* seed (``SN…``, public ``N…``), so it
+    can never be mistaken for (or registered as) an approver's user key."""
+
+    def __init__(self, seed: bytes):
+        try:
+            self._pair = nkeys.from_seed(bytearray(seed.strip()))
+            self.public_key: str = self._pair.public_key.decode()
+        except (nkeys.NkeysError, binascii.Error, ValueError) as exc:
+            raise ConfigError("not a valid nkeys seed (expected a line starting with SN)") from exc
+        if not self.public_key.startswith("N"):
+            raise ConfigError("the service key must be a server seed (SN…), not a user seed")
+
+    @classmethod
+    def generate(cls) -> ServiceKey:
+        return cls(nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_SERVER))
+
+    @classmethod
+    def from_file(cls, path: Path) -> ServiceKey:
+        try:
+            return cls(path.read_bytes())
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the service key: {exc.strerror}", source=str(path)
+            ) from exc
+        except ConfigError as exc:
+            raise ConfigError(str(exc), source=str(path)) from exc
+
+    @property
+    def seed(self) -> bytes:
+        return bytes(self._pair.seed)
+
+    def headers(self, subject: str, payload: bytes) -> dict[str, str]:
+        """The headers that make a message verifiable as this service's."""
+        signature = self._pair.sign(event_signing_bytes(subject, payload))
+        return {
+            SIGNATURE_HEADER: base64.urlsafe_b64encode(signature).decode(),
+            SIGNER_HEADER: self.public_key,
+        }
+
+
+def decode_server_key(public_key: str) -> bytes | None:
+    """The Ed25519 public key inside a public server nkey (``N…``), or None."""
+    return _decode_public(public_key, "N", nkeys.PREFIX_BYTE_SERVER)
+
+
+def is_service_key(public_key: str) -> bool:
+    return decode_server_key(public_key) is not None
+
+
+def verify_event(
+    public_key: str, subject: str, payload: bytes, headers: dict[str, str] | None
+) -> bool:
+    """True when the message carries `public_key`'s signature over its subject and payload."""
+    signature = (headers or {}).get(SIGNATURE_HEADER)
+    key = decode_server_key(public_key)
+    if not signature or key is None:
+        return False
+    try:
+        nacl.signing.VerifyKey(key).verify(
+            event_signing_bytes(subject, payload),
+            base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4)),
+        )
+    except (nacl.exceptions.BadSignatureError, binascii.Error, ValueError):
+        return False
+    return True

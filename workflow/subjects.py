@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 _PREFIX = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 
-API_NAMES = ("pending", "get", "explain", "cancel", "offered")
+API_NAMES = ("pending", "get", "explain", "cancel", "offered", "key")
 #: The web inbox's queries (`<prefix>.api.web.<name>`).
 WEB_API_NAMES = ("invite", "invitation", "register", "passkey")
 #: The approvers' controls (`<prefix>.api.<name>`): grants and freezes.

@@ -38,7 +38,7 @@ from sqlalchemy import select
 from tests.support.natsproc import Servers, free_ports, start_cluster
 from workflow.messages import ApprovalDecision, ApprovalRecord, DecisionVerdict
 from workflow.service.embedded import EmbeddedNats
-from workflow.signing import ApproverKey, verify_record
+from workflow.signing import ApproverKey, ServiceKey, verify_record
 from workflow.store.repo import Store
 from workflow.store.tables import OUTCOMES, PROPOSALS
 from workflow.subjects import Subjects
@@ -384,6 +384,8 @@ async def test_chaos_on_a_nats_cluster_with_two_replicas_on_postgresql(
     bot = ApproverKey.generate()
     policy = tmp_path / "policy.toml"
     policy.write_text(policy_text(bot))
+    seed = tmp_path / "service.seed"
+    seed.write_bytes(ServiceKey.generate().seed)
     ports = free_ports(2)
     replicas = [
         Replica(
@@ -397,6 +399,8 @@ async def test_chaos_on_a_nats_cluster_with_two_replicas_on_postgresql(
                 str(policy),
                 "--data-dir",
                 str(tmp_path / f"data-{i}"),
+                "--service-seed",  # replicas sign with one key: clients trust that one
+                str(seed),
                 "--replicas",
                 "3",
                 "--nats-user",

@@ -12,6 +12,7 @@ from faststream.nats import TestNatsBroker
 from workflow.policy.model import default_policy
 from workflow.service.broker import build_app
 from workflow.service.context import ServiceContext
+from workflow.signing import ServiceKey
 from workflow.subjects import Subjects
 
 SUBJECTS = Subjects("hgunit")
@@ -24,8 +25,12 @@ CATALOG = {
 
 
 def app() -> Any:
-    # The offered query reads only the policy; the rest of the context is not touched.
-    ctx = cast(ServiceContext, SimpleNamespace(policy=default_policy(), subjects=SUBJECTS))
+    # The offered query reads only the policy (and the answer is signed with the service key);
+    # the rest of the context is not touched.
+    ctx = cast(
+        ServiceContext,
+        SimpleNamespace(policy=default_policy(), subjects=SUBJECTS, signer=ServiceKey.generate()),
+    )
     return build_app(SUBJECTS, context=lambda: ctx)
 
 

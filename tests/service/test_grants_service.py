@@ -27,7 +27,7 @@ from workflow.client.approver import Approver
 from workflow.client.transport import ApiRefused
 from workflow.client.verify import DigestMismatch
 from workflow.messages import ApprovalRecord, InboxItem
-from workflow.signing import ApproverKey, verify_record
+from workflow.signing import ApproverKey, ServiceKey, verify_record
 
 KEYS = {name: ApproverKey.generate() for name in ("alice", "carol", "mallory")}
 POLICY = f"""
@@ -51,9 +51,11 @@ agents = ["agent-1"]
 async def replicas(
     nats_url: str, tmp_path: Path, database_url: str | None, count: int = 1
 ) -> AsyncIterator[list[Harness]]:
-    """`count` service replicas sharing one prefix and one database."""
+    """`count` service replicas sharing one prefix, one database and one service key."""
     policy = tmp_path / "policy.toml"
     policy.write_text(POLICY)
+    seed = tmp_path / "service.seed"
+    seed.write_bytes(ServiceKey.generate().seed)
     prefix = unique_prefix()
     async with AsyncExitStack() as stack:
         found = [
@@ -64,6 +66,7 @@ async def replicas(
                     prefix=prefix,
                     policy_path=policy,
                     database_url=database_url,
+                    service_seed=seed,
                 )
             )
             for i in range(count)

@@ -124,12 +124,12 @@ async def test_a_dead_letter_publish_that_times_out_is_retried_and_the_stage_goe
 ) -> None:
     timeouts = 0
 
-    async def timing_out_once(js: Any, events: Any) -> list[str]:
+    async def timing_out_once(js: Any, events: Any, signer: Any) -> list[str]:
         nonlocal timeouts
         if timeouts == 0:
             timeouts += 1
             raise TimeoutError("nats: timeout")
-        return await publish_events(js, events)
+        return await publish_events(js, events, signer)
 
     # The dead letter's publish (ServiceContext.dead) times out the first time.
     monkeypatch.setattr("workflow.service.context.publish_events", timing_out_once)

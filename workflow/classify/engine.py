@@ -14,6 +14,7 @@ from workflow.classify.shell import command_findings
 from workflow.classify.tables import BUILTIN_TOOLS, DEFAULT_TABLES, ClassifierTables, ToolRule
 from workflow.classify.targets import Access, check_path, path_rules
 from workflow.classify.taxonomy import Capability, Category, RiskClass, Severity, parse_capability
+from workflow.masking import masked_reasons
 from workflow.messages import Classification, Proposal
 from workflow.messages import definition_hash as definition_hash  # re-exported
 
@@ -43,6 +44,19 @@ _CAPABILITY: dict[Capability, tuple[RiskClass, Severity, tuple[Category, ...], s
         (Category.PRIVILEGED,),
         "changes authorisation (who may do what)",
     ),
+}
+
+
+#: The rule id of each declared capability (declared in rulebook/tools.py).
+CAPABILITY_RULES: dict[Capability, str] = {
+    Capability.READ: "capability.read",
+    Capability.LIST: "capability.list",
+    Capability.WRITE: "capability.write",
+    Capability.PERSIST: "capability.persist",
+    Capability.EXEC: "capability.exec",
+    Capability.EGRESS_FETCH: "capability.egress_fetch",
+    Capability.EGRESS_PROVIDER: "capability.egress_provider",
+    Capability.AUTHZ: "capability.authz",
 }
 
 
@@ -89,7 +103,7 @@ def _capability(proposal: Proposal) -> list[Finding]:
     risk, sev, cats, what = _CAPABILITY[cap]
     return [
         finding(
-            f"capability.{cap.value}",
+            CAPABILITY_RULES[cap],
             f"The proposal declares `{cap.value}`: it {what} ({risk}, {sev}).",
             risk,
             sev,
@@ -129,10 +143,11 @@ def _tool_layer(
     elif rule is None and not is_shell:
         acc.add(_unknown(tool, "is not a known tool"))
     elif not is_shell and rule is not None:
-        source = "built-in table" if rule is BUILTIN_TOOLS.get(tool) else "operator override"
+        builtin = rule is BUILTIN_TOOLS.get(tool)
+        source = "built-in table" if builtin else "operator override"
         acc.add(
             finding(
-                "table.builtin" if source == "built-in table" else "table.override",
+                "table.builtin" if builtin else "table.override",  # both in rulebook/tools.py
                 f"The {source} classifies `{tool}` as {rule.risk_class} ({rule.severity}).",
                 rule.risk_class,
                 rule.severity,
@@ -225,5 +240,7 @@ def classify(proposal: Proposal, tables: ClassifierTables = DEFAULT_TABLES) -> C
         fail_closed=acc.fail_closed,
         tool_known=not pin_broken and (rule is not None or tables.is_shell_tool(tool)),
         definition_hash=dhash,
-        reasons=acc.reasons(),
+        # Reasons quote commands, paths and URLs; whoever reads them (pending, the inbox, the
+        # audit, a notifier) reads them masked: a secret in the call never leaves through them.
+        reasons=masked_reasons(acc.reasons(), proposal),
     )

@@ -72,13 +72,15 @@ SUBCOMMAND_TOOLS = frozenset(
      "dotnet", "make", "ip", "flyctl", "doctl", "pulumi", "vercel", "heroku", "openssl"}
 )  # fmt: skip
 #: Machines' power commands: never informational (`shutdown -h` halts).
-_NEVER = frozenset({"shutdown", "reboot", "halt", "poweroff", "init", "telinit", "format"})
+NEVER_INFORMATIONAL = frozenset(
+    {"shutdown", "reboot", "halt", "poweroff", "init", "telinit", "format"}
+)
 _WORD = re.compile(r"[a-z][a-z0-9-]*")
 
 
 def is_informational(name: str, args: list[Word], known: bool) -> bool:
     """True when `name args` only prints help or a version (see the module docstring)."""
-    if not known or name in _NEVER or not args or any(a.value is None for a in args):
+    if not known or name in NEVER_INFORMATIONAL or not args or any(a.value is None for a in args):
         return False
     vals = [a.text for a in args]
     if len(vals) == 1:
@@ -93,6 +95,8 @@ def is_informational(name: str, args: list[Word], known: bool) -> bool:
             return True
         if flag == "version" and name in VERSION_WORD:
             return True
+    if name in ("aws", "az") and vals[-1] == "help" and len(vals) <= 3:  # `aws s3 help`
+        return all(_WORD.fullmatch(v) for v in vals)
     if name in HELP_WORD and vals[0] == "help" and len(vals) <= 3:
         return all(_WORD.fullmatch(v) for v in vals[1:])
     if name == "kubectl" and vals == ["version", "--client"]:

@@ -7,8 +7,9 @@ from workflow.classify.dryrun import dry_run
 from workflow.classify.findings import finding
 from workflow.classify.informational import is_informational
 from workflow.classify.readers import read_command
-from workflow.classify.readonly import READERS
+from workflow.classify.readonly import READ_ONLY, READERS
 from workflow.classify.rules import (
+    EXEC,
     HIGH,
     NONE,
     N,
@@ -24,7 +25,7 @@ from workflow.classify.rules import (
 )
 from workflow.classify.rules_system import SYSTEM_RULES
 from workflow.classify.shellstate import ShellState, Word, shown
-from workflow.classify.subcommands import read_subcommand
+from workflow.classify.subcommands import CHANGES_SYSTEM, changes_system, read_subcommand
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 
 
@@ -103,6 +104,10 @@ def apply(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -
     listed = read_subcommand(name, args, st)
     if listed is not None:
         return listed
+    listing = READ_ONLY.get(name)
+    if name in CHANGES_SYSTEM and (listing is None or not listing(args)):
+        st.add(changes_system(name, args))
+        return EXEC
     rule = RULES.get(name)
     if rule is None and name.startswith("mkfs"):
         rule = RULES["mkfs"]

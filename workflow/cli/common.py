@@ -85,6 +85,9 @@ async def connected(
         nc = await connection.connect(target, name="headgate-cli", connect_timeout=connect_timeout)
     except ConnectError as exc:
         raise ConnectError(f"{exc}; is `headgate serve` running?") from None
+    from workflow.client.trust import use_data_dir
+
+    use_data_dir(nc, data_dir)  # the service key it wrote there (service.pub) is the one trusted
     try:
         yield nc
     finally:

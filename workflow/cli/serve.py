@@ -118,6 +118,18 @@ def serve(
             "after --metrics-port.",
         ),
     ] = 1,
+    service_seed: Annotated[
+        Path | None,
+        typer.Option(
+            "--service-seed",
+            envvar="HEADGATE_SERVICE_SEED",
+            exists=True,
+            dir_okay=False,
+            help="nkeys server seed (SN…) the service signs its events and answers with; the "
+            "same file for every replica. Default: the data dir's service.seed, created on "
+            "first start. Its public key is written to the data dir's service.pub.",
+        ),
+    ] = None,
     intake_worker: Annotated[
         bool,
         typer.Option("--intake-worker", hidden=True, help="Run as an extra intake process."),
@@ -212,6 +224,7 @@ def serve(
         web_cert=web_cert,
         web_key=web_key,
         notify_url=notify,
+        service_seed=service_seed,
     )
 
     async def main() -> None:

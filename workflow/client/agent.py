@@ -26,6 +26,7 @@ from workflow.client.connection import DEFAULT_CONNECT_TIMEOUT, NatsTarget, Role
 from workflow.client.errors import NoLedger, NotProcessed, ResultTimeout, ToolBlocked
 from workflow.client.ledger import Ledger
 from workflow.client.results import Event, OutcomeEvent, ResultRouter, Watch
+from workflow.client.trust import trust_for
 from workflow.client.worker import (
     ACK_WAIT,
     BlockedHandler,
@@ -107,12 +108,16 @@ class Headgate:
         workspace: str = "default",
         prefix: str = "headgate",
         state_dir: Path | None = None,
+        service_key: str | None = None,
+        data_dir: Path | None = None,
     ):
         self.nc = nc
         self.agent = agent
         self.workspace = workspace
         self.subjects = Subjects(prefix)
-        self.router = ResultRouter(nc, self.subjects, agent)
+        #: The service whose events this agent believes (see `workflow.client.trust`).
+        self.trust = trust_for(nc, prefix, key=service_key, data_dir=data_dir)
+        self.router = ResultRouter(nc, self.subjects, agent, self.trust)
         self.ledger = Ledger(state_dir) if state_dir is not None else None
 
     @classmethod
@@ -126,6 +131,7 @@ class Headgate:
         prefix: str = "headgate",
         state_dir: Path | None = None,
         data_dir: Path | None = None,
+        service_key: str | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         max_reconnect_attempts: int = -1,
         **nats_options: Any,
@@ -138,6 +144,8 @@ class Headgate:
         The first connect fails with `ConnectError` after `connect_timeout` seconds; afterwards
         the connection is re-established after a restart of the server (`max_reconnect_attempts`
         per server, -1 for ever), and the results consumer resumes where it stopped.
+        Only events signed by the service count: `service_key` (else `HEADGATE_SERVICE_KEY`,
+        the data dir's `service.pub`, or the key the service gives) is whose.
         """
         target = url if isinstance(url, NatsTarget) else resolve_nats(
             url, role=Role.AGENT, data_dir=data_dir
@@ -146,7 +154,10 @@ class Headgate:
             target, name=f"headgate-agent-{agent}", connect_timeout=connect_timeout,
             max_reconnect_attempts=max_reconnect_attempts, **nats_options,
         )  # fmt: skip
-        client = cls(nc, agent=agent, workspace=workspace, prefix=prefix, state_dir=state_dir)
+        client = cls(
+            nc, agent=agent, workspace=workspace, prefix=prefix, state_dir=state_dir,
+            service_key=service_key, data_dir=data_dir,
+        )  # fmt: skip
         try:
             await client.start()
             yield client
@@ -214,7 +225,13 @@ class Headgate:
         )  # fmt: skip
         ticket: Ticket | None = None
         if watch.first.done():
-            ticket = self._ticket_from_event(proposal, watch.first.result())
+            first = watch.first.result()
+            if isinstance(first, Blocked) and first.outcome == "invalid":
+                # The service could not read it as a proposal (a rule this client does not
+                # know yet): it says why, and nothing was recorded to wait for.
+                self.router.forget(proposal.id)
+                raise ToolBlocked(first)
+            ticket = self._ticket_from_event(proposal, first)
             if ticket is None:
                 known = await transport.history(
                     self.nc, self.subjects, proposal.id, agent=self.agent

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from workflow.client import controls, transport
 from workflow.client.connection import DEFAULT_CONNECT_TIMEOUT, NatsTarget, Role, resolve_nats
 from workflow.client.display import summarize
+from workflow.client.trust import trust_for
 from workflow.client.verify import Decidable, DigestMismatch, check_digest, check_inbox_item
 from workflow.controls import FreezeReply, GrantInfo, GrantScope
 from workflow.errors import ConfigError, ConnectError, HeadgateError
@@ -215,12 +216,15 @@ class Approver:
 
     def __init__(
         self, nc: NATS, *, name: str, key: ApproverKey | None, prefix: str = "headgate",
-        clock: Callable[[], datetime] | None = None,
+        clock: Callable[[], datetime] | None = None, service_key: str | None = None,
+        data_dir: Path | None = None,
     ):  # fmt: skip
         self.nc = nc
         self.name = name
         self.key = key  # None: read-only (inbox, pending); deciding needs a key
         self.subjects = Subjects(prefix)
+        #: The service whose inbox items and answers this approver believes.
+        self.trust = trust_for(nc, prefix, key=service_key, data_dir=data_dir)
         self.clock = clock or (lambda: datetime.now(UTC))
         #: Seconds before an item whose decision was refused (and may still succeed) comes back.
         self.reoffer_delay = REOFFER_DELAY
@@ -232,7 +236,7 @@ class Approver:
     @asynccontextmanager
     async def connect(
         cls, url: str | NatsTarget | None = None, *, name: str, key: ApproverKey | Path,
-        prefix: str = "headgate", data_dir: Path | None = None,
+        prefix: str = "headgate", data_dir: Path | None = None, service_key: str | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, max_reconnect_attempts: int = -1,
         **nats_options: Any,
     ) -> AsyncIterator[Approver]:  # fmt: skip
@@ -242,7 +246,9 @@ class Approver:
         in `data_dir`) is where to connect; the approver credentials come from the environment
         or the data dir (see `workflow.client.connection.resolve_nats`), or pass a `NatsTarget`.
         The first connect fails with `ConnectError` after `connect_timeout` seconds; afterwards
-        the connection is re-established after a restart of the server.
+        the connection is re-established after a restart of the server. Only inbox items and
+        answers signed by the service are shown: `service_key` (else `HEADGATE_SERVICE_KEY`,
+        the data dir's `service.pub`, or the key the service gives) is whose.
         """
         signer = key if isinstance(key, ApproverKey) else ApproverKey.from_file(key)
         target = url if isinstance(url, NatsTarget) else resolve_nats(
@@ -252,7 +258,9 @@ class Approver:
             target, name=f"headgate-approver-{name}", connect_timeout=connect_timeout,
             max_reconnect_attempts=max_reconnect_attempts, **nats_options,
         )  # fmt: skip
-        approver = cls(nc, name=name, key=signer, prefix=prefix)
+        approver = cls(
+            nc, name=name, key=signer, prefix=prefix, service_key=service_key, data_dir=data_dir
+        )
         try:
             yield approver
         finally:
@@ -342,11 +350,26 @@ class Approver:
 
     async def _pending_item(self, msg: Msg, snapshot: _Snapshot) -> PendingRequest | None:
         try:
+            signed = await self.trust.verified(msg.subject, msg.data, msg.headers)
+        except ConnectError as exc:
+            log.warning("cannot check inbox items now (%s); they come back later", exc)
+            await msg.nak(delay=2.0)
+            return None
+        try:
             item = InboxItem.model_validate_json(msg.data)
         except ValidationError as exc:
             log.warning("ignoring an invalid inbox item: %s", exc.errors()[0]["msg"])
             await msg.ack()
             return None
+        if not signed:
+            # Anyone who may publish on the inbox subject could have made it, even under the
+            # message id of a real request (which JetStream then drops as a duplicate): it is
+            # never shown; the request it names is, as the service holds it, if it is pending.
+            log.warning(
+                "inbox item for request %s on %s is not signed by the Headgate service; "
+                "showing the service's record of the request instead", item.request_id,
+                msg.subject,
+            )  # fmt: skip
         offered = self._offered.get(item.request_id)
         if offered is not None:
             # A redelivery of an item still being considered: answer through the newer copy.
@@ -356,7 +379,7 @@ class Approver:
         if entry is None and snapshot.complete:
             await msg.ack()  # decided, expired or cancelled meanwhile: nothing to do
             return None
-        if entry is not None and entry.proposal_digest == item.proposal_digest:
+        if signed and entry is not None and entry.proposal_digest == item.proposal_digest:
             with contextlib.suppress(DigestMismatch):
                 return PendingRequest(
                     self, check_inbox_item(item, msg.headers), list(entry.approvals), msg
@@ -371,7 +394,7 @@ class Approver:
         if history.status != "pending":
             await msg.ack()  # decided, expired or cancelled meanwhile: nothing to do
             return None
-        shown = _trusted_item(item, history, msg.headers)
+        shown = _trusted_item(item, history, msg.headers, signed=signed)
         if shown is None:
             await msg.ack()  # nothing that can be shown truthfully: never offered
             return None
@@ -538,21 +561,23 @@ def edited_proposal(proposal: Proposal, arguments: Mapping[str, Any]) -> Proposa
 
 
 def _trusted_item(
-    item: InboxItem, history: ProposalHistory, headers: dict[str, str] | None
+    item: InboxItem, history: ProposalHistory, headers: dict[str, str] | None, *, signed: bool
 ) -> InboxItem | None:
-    """The item to show: the one received when it is what the service holds, else the service's
-    own record of the request (a forged or stale copy is never shown), else None."""
-    try:
-        checked = check_inbox_item(item, headers)
-        if checked.proposal_digest == history.proposal_digest:
-            return checked
-        why = "its digest is not the one the service holds for the request"
-    except DigestMismatch as exc:
-        why = exc.why
-    log.warning(
-        "inbox item for request %s does not show what a decision would approve (%s); "
-        "showing the service's record instead", item.request_id, why,
-    )  # fmt: skip
+    """The item to show: the one received when it is the service's and what the service holds,
+    else the service's own record of the request (a forged or stale copy is never shown), else
+    None."""
+    if signed:
+        try:
+            checked = check_inbox_item(item, headers)
+            if checked.proposal_digest == history.proposal_digest:
+                return checked
+            why = "its digest is not the one the service holds for the request"
+        except DigestMismatch as exc:
+            why = exc.why
+        log.warning(
+            "inbox item for request %s does not show what a decision would approve (%s); "
+            "showing the service's record instead", item.request_id, why,
+        )  # fmt: skip
     if history.request_id != item.request_id or history.requirement is None:
         return None
     if history.expires_at is None:

@@ -42,6 +42,8 @@ log = logging.getLogger("headgate.client.connection")
 DEFAULT_DATA_DIR = Path(".headgate")
 #: The URL of the embedded nats-server, recorded by `serve` in its data dir.
 URL_FILE = "nats.url"
+#: The public key of the service's signing key, written by `serve` (see `workflow.client.trust`).
+SERVICE_KEY_FILE = "service.pub"
 #: The data dir's NATS credentials, one nkey seed per role (`credentials/<role>.nk`).
 CREDENTIALS_DIR = "credentials"
 

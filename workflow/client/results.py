@@ -24,6 +24,8 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from pydantic import ValidationError
 
 from workflow.client.connection import when_reconnected
+from workflow.client.trust import ServiceTrust
+from workflow.errors import ConnectError
 from workflow.messages import Blocked, Held, Released
 from workflow.subjects import Subjects
 
@@ -47,12 +49,19 @@ def results_filter(subjects: Subjects, agent: str) -> str:
     return subjects.results(agent)
 
 
-def parse_event(subjects: Subjects, msg: Msg) -> Event | None:
+async def parse_event(subjects: Subjects, msg: Msg, trust: ServiceTrust) -> Event | None:
     """The event in a results-stream message, or None (logged) when it is not one.
 
     Every results event a client acts on (the router's, `find`'s, the unattended worker's)
-    passes here with its message, headers included: where a check of the service's signature
-    belongs once the service signs its events."""
+    passes here with its message: one not signed by the service (`trust`) is not an event —
+    anyone who may publish on a results subject could otherwise release a call. Raises
+    `ConnectError` when the service's key cannot be learnt now (the message is kept for later).
+    """
+    if not await trust.verified(msg.subject, msg.data, msg.headers):
+        log.warning(
+            "ignoring a message on %s that is not signed by the Headgate service", msg.subject
+        )
+        return None
     try:
         if subjects.token_after(msg.subject, "released") is not None:
             return Released.model_validate_json(msg.data)
@@ -87,6 +96,7 @@ class ResultRouter:
     nc: NATS
     subjects: Subjects
     agent: str
+    trust: ServiceTrust
     watches: weakref.WeakValueDictionary[str, Watch] = field(
         default_factory=weakref.WeakValueDictionary
     )
@@ -188,7 +198,11 @@ class ResultRouter:
     async def _on_message(self, msg: Msg) -> None:
         with contextlib.suppress(Exception):
             self._last_seq = max(self._last_seq, msg.metadata.sequence.stream)
-        event = parse_event(self.subjects, msg)
+        try:
+            event = await parse_event(self.subjects, msg, self.trust)
+        except ConnectError as exc:  # the periodic status check finds the outcome later
+            log.warning("cannot check the event on %s now: %s", msg.subject, exc)
+            return
         if event is not None:
             self.deliver(event)
 
@@ -215,7 +229,7 @@ class ResultRouter:
                     msg = await sub.next_msg(timeout=min(0.5, max(deadline - loop.time(), 0.01)))
                 except TimeoutError:  # nats-py raises its own or asyncio's
                     return None  # a new consumer delivers at once: silence means nothing left
-                event = parse_event(self.subjects, msg)
+                event = await parse_event(self.subjects, msg, self.trust)
                 if event is not None and not isinstance(event, Held):
                     if event.proposal_id == proposal_id:
                         return event

@@ -17,6 +17,7 @@ from nats.js.errors import ServiceUnavailableError
 from pydantic import BaseModel
 
 from workflow.client.connection import connect as connect
+from workflow.client.trust import trust_for
 from workflow.errors import ConnectError, HeadgateError
 from workflow.messages import ApiError, GetQuery, ProposalHistory
 from workflow.subjects import Subjects
@@ -64,7 +65,10 @@ class ApiRefused(HeadgateError):
 
 
 async def ask(nc: NATS, subject: str, body: BaseModel, reply: type[M], timeout: float = 5.0) -> M:
-    """Ask a request/reply subject of the service; ApiRefused carries its error sentence."""
+    """Ask a request/reply subject of the service; ApiRefused carries its error sentence.
+
+    The answer must be signed by the service (`workflow.client.trust`): an answer from any
+    other subscriber of the subject raises `NotFromService` (a `ConnectError`)."""
     try:
         msg = await nc.request(subject, body.model_dump_json().encode(), timeout=timeout)
     except NoRespondersError as exc:
@@ -75,6 +79,9 @@ async def ask(nc: NATS, subject: str, body: BaseModel, reply: type[M], timeout: 
         raise ConnectError(f"the Headgate service did not answer within {timeout:g}s") from exc
     except NatsError as exc:  # closed, reconnecting, a permissions violation
         raise ConnectError(f"cannot ask {subject}: {exc}") from exc
+    prefix, api, _ = subject.partition(".api.")
+    if api:
+        await trust_for(nc, prefix).require(msg.subject, msg.data, msg.headers)
     data = json.loads(msg.data)
     if isinstance(data, dict) and set(data) == {"error"}:
         raise ApiRefused(ApiError.model_validate(data).error)

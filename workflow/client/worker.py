@@ -36,6 +36,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from workflow.client import transport
 from workflow.client.ledger import Entry, Ledger
 from workflow.client.results import parse_event, results_filter
+from workflow.client.trust import ServiceTrust, trust_for
 from workflow.messages import Blocked, Executed, Held, Released
 from workflow.outcomes import Outcome
 from workflow.subjects import Subjects
@@ -109,9 +110,12 @@ class Worker:
     handlers: Mapping[str, Handler]
     on_blocked: BlockedHandler | None
     stats: WorkerStats
+    #: Whose events are run: a `released` event not signed by the service is ignored (acked,
+    #: never run); while the key cannot be learnt, `handle` raises and the message comes back.
+    trust: ServiceTrust
 
     async def handle(self, msg: Msg) -> None:
-        event = parse_event(self.subjects, msg)
+        event = await parse_event(self.subjects, msg, self.trust)
         entry = self.ledger.get(event.proposal_id) if event is not None else None
         if event is None or entry is None:
             self.stats.ignored += 1
@@ -202,7 +206,9 @@ async def work(
     """Consume `agent-<agent>` until `stop` is set; see the module docstring."""
     ledger.take_worker_lock()
     stats = WorkerStats()
-    worker = Worker(nc, subjects, agent, ledger, handlers, on_blocked, stats)
+    worker = Worker(
+        nc, subjects, agent, ledger, handlers, on_blocked, stats, trust_for(nc, subjects.prefix)
+    )
     js = nc.jetstream()
     stream = subjects.stream("results")
     # Create or update the durable (the server applies a changed config to an existing one).

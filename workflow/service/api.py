@@ -30,6 +30,8 @@ from workflow.messages import (
     PendingReply,
     Proposal,
     ProposalHistory,
+    ServiceKeyQuery,
+    ServiceKeyReply,
     Verdict,
 )
 from workflow.policy.catalog import offered_tools, parse_catalog
@@ -131,6 +133,15 @@ async def history(
     )
 
 
+async def service_key(
+    ctx: ServiceContext, query: ServiceKeyQuery, subject: str = ""
+) -> ServiceKeyReply:
+    """The public key the service signs with. Asked for by a client that has no pinned key
+    (`HEADGATE_SERVICE_KEY`, the data dir's `service.pub`): it trusts the service that answers,
+    which is why only the service's credentials may subscribe to `api.*`."""
+    return ServiceKeyReply(public_key=ctx.signer.public_key)
+
+
 async def offered(ctx: ServiceContext, query: OfferedQuery, subject: str = "") -> OfferedReply:
     catalog = parse_catalog(query.tools, source="request")
     return offered_tools(ctx.policy, catalog, query.agent, query.workspace, query.read_only)
@@ -144,6 +155,7 @@ ROUTES: dict[str, tuple[type[BaseModel], Handler]] = {
     "get": (GetQuery, history),
     "explain": (GetQuery, history),
     "offered": (OfferedQuery, offered),
+    "key": (ServiceKeyQuery, service_key),
 }
 
 

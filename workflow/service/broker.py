@@ -7,7 +7,8 @@ The intake and the collector stay on the batch runner (`workflow.service.stage`)
 per-message overhead caps a JetStream stage at a fraction of what batched nats-py does, and a
 stage needs its whole batch for one transaction (docs/bench.md). They are described here from
 the consumer specs they run on (`streams.service_consumers`), so the document lists every
-subject the service reads, with a handler behind each.
+subject the service reads, with a handler behind each. The notifier the service runs has an
+application of its own (`workflow.notify.broker`); the document joins the two.
 
 Handlers take no `Context` or `NatsMessage` parameter (each would cost a thread-pool hop per
 message): the broker runs with `apply_types=False` and a handler reads the message it serves
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from faststream import AckPolicy
-from faststream.nats import JStream, NatsBroker, PullSub
+from faststream.nats import JStream, NatsBroker, NatsResponse, PullSub
 from pydantic import BaseModel
 
 from workflow.controls import (
@@ -48,7 +49,6 @@ from workflow.messages import (
     InboxItem,
     InvitationQuery,
     InvitationReply,
-    Notified,
     OfferedQuery,
     OfferedReply,
     PasskeyInfo,
@@ -59,6 +59,8 @@ from workflow.messages import (
     Proposal,
     ProposalHistory,
     Released,
+    ServiceKeyQuery,
+    ServiceKeyReply,
     WebInvite,
     WebInviteReply,
 )
@@ -91,6 +93,8 @@ QUERIES = (
           "The policy trail that decided a proposal."),
     Query("offered", OfferedQuery, OfferedReply, api.offered,
           "Which tools of a catalog to offer an agent at all."),
+    Query("key", ServiceKeyQuery, ServiceKeyReply, api.service_key,
+          "The public key the service signs its events and answers with."),
 )  # fmt: skip
 
 
@@ -142,7 +146,6 @@ EVENTS: dict[str, tuple[type[BaseModel], str]] = {
     "blocked": (Blocked, "The call will never run: denied, rejected, expired or cancelled."),
     "dead": (DeadLetter, "Input a stage could not process, with the error (operators)."),
     "escalated": (Escalated, "A step of a held request's escalation ladder (notifiers)."),
-    "notified": (Notified, "A notification delivered or failed, per channel (operators)."),
 }
 
 ContextSource = Callable[[], ServiceContext | None]
@@ -220,11 +223,10 @@ def _api(
     *,
     subject: str | None = None,
 ) -> None:
-    async def respond(body: Any) -> bytes:
-        msg = message()
-        return await api.answer(
-            current(), query.name, query.model, query.handler, msg.data, msg.subject
-        )
+    async def respond(body: Any) -> NatsResponse:
+        msg, ctx = message(), current()
+        data = await api.answer(ctx, query.name, query.model, query.handler, msg.data, msg.subject)
+        return signed(ctx, msg, data)
 
     respond.__annotations__ = {"body": query.model, "return": query.reply}
     broker.subscriber(
@@ -242,8 +244,9 @@ def _web_api(
     current: Callable[[], ServiceContext],
     message: Callable[[], Any],
 ) -> None:
-    async def respond(body: Any) -> bytes:
-        return await web_api.answer(current(), query.name, message().data)
+    async def respond(body: Any) -> NatsResponse:
+        msg, ctx = message(), current()
+        return signed(ctx, msg, await web_api.answer(ctx, query.name, msg.data))
 
     respond.__annotations__ = {"body": query.model, "return": query.reply}
     broker.subscriber(
@@ -254,6 +257,12 @@ def _web_api(
     )(respond)
 
 
+def signed(ctx: ServiceContext, msg: Any, data: bytes) -> NatsResponse:
+    """An answer signed for the inbox it goes to, so a client can tell it from an answer by any
+    other subscriber of `api.*` (on a server whose permissions do not forbid one)."""
+    return NatsResponse(data, headers=ctx.signer.headers(msg.reply or "", data))
+
+
 def _control_api(
     broker: NatsBroker,
     subjects: Subjects,
@@ -261,8 +270,9 @@ def _control_api(
     current: Callable[[], ServiceContext],
     message: Callable[[], Any],
 ) -> None:
-    async def respond(body: Any) -> bytes:
-        return await controls_api.answer(current(), query.name, message().data)
+    async def respond(body: Any) -> NatsResponse:
+        msg, ctx = message(), current()
+        return signed(ctx, msg, await controls_api.answer(ctx, query.name, msg.data))
 
     respond.__annotations__ = {"body": query.model, "return": query.reply}
     broker.subscriber(

@@ -58,7 +58,7 @@ from workflow.policy.freeze import freezing
 from workflow.policy.model import Policy
 from workflow.routing import SERVICE_ACTOR, closing_effects, reopened_audit
 from workflow.service.context import ServiceContext
-from workflow.service.publishing import Sent, send_events
+from workflow.service.publishing import Sent, send_events, to_resend
 from workflow.service.pull import attempts
 from workflow.service.stage import Settle, Unprocessable
 from workflow.service.tracing import span_headers
@@ -228,10 +228,10 @@ class Collector:
             if not ok:
                 if planned.replayed is not None:
                     await planned.replayed()
-                return msg, await send_events(self.ctx.js, [])
+                return msg, await send_events(self.ctx.js, [], self.ctx.signer)
             if planned.committed is not None:
                 await planned.committed()
-            return msg, await send_events(self.ctx.js, planned.to_publish())
+            return msg, await send_events(self.ctx.js, planned.to_publish(), self.ctx.signer)
         except Exception as exc:
             await self._failed(msg, str(exc))
             return None
@@ -299,8 +299,8 @@ class Collector:
             # confirmed. Never the confirmed ones: a replayed copy that happens to be
             # redelivered must not hand subscribers a second release. The same decision
             # arriving as a new message is a replay, refused below.
-            events = await ctx.store.outbox.unconfirmed_for([held.proposal_id])
-            return Planned(now, events=events, keys=keys)
+            unconfirmed = await ctx.store.outbox.unconfirmed_for([held.proposal_id])
+            return Planned(now, events=await to_resend(ctx.js, unconfirmed, now), keys=keys)
         used: tuple[str, int] | None = None
         if decision.passkey is not None:
             check, used = await self._passkey_check(raw, decision, seen)
@@ -581,7 +581,7 @@ class Collector:
             raise Unprocessable(f"invalid cancel: {exc.errors()[0]['msg']}") from exc
         agent = ctx.subjects.token_after(msg.subject, "cancel")
         now = ctx.now()
-        loaded = await ctx.store.requests.load(request.proposal_id)
+        loaded = await ctx.store.requests.load_for_proposal(request.proposal_id)
         if loaded is None or agent != request.agent:
             why = (
                 f"agent {agent} sent a cancel naming agent {request.agent}"

@@ -16,6 +16,7 @@ from workflow.policy.model import Policy
 from workflow.service.metrics import Metrics
 from workflow.service.publishing import PublishedMarker, dead_letter_event, publish_events
 from workflow.service.stage import DEFAULT_RETRY, RetryPolicy
+from workflow.signing import ServiceKey
 from workflow.store.repo import Store
 from workflow.subjects import Subjects
 
@@ -42,6 +43,9 @@ class ServiceContext:
     web_url: str | None = None
     #: A test hands in its own clock to move past a TTL instead of sleeping through it.
     clock: Clock = utc_now
+    #: Signs every event the service publishes and every API answer (`serve` loads it from
+    #: the data dir or `--service-seed`; clients trust events that verify against it).
+    signer: ServiceKey = field(default_factory=ServiceKey.generate)
     #: Marks the outbox rows of confirmed events published, for every stage, off their path.
     marker: PublishedMarker = field(init=False)
 
@@ -56,11 +60,13 @@ class ServiceContext:
         published (the republisher covers a crash)."""
         if not events:
             return
-        self.marker.add(await publish_events(self.js, events))
+        self.marker.add(await publish_events(self.js, events, self.signer))
 
     async def dead(self, stage: str, msg: Msg, error: str) -> None:
         """Publish a message to `<prefix>.dead.<stage>` with the error, then ack it."""
         log.warning("dead letter from %s on %s: %.500s", stage, msg.subject, error)
-        await publish_events(self.js, [dead_letter_event(self.subjects, stage, msg, error)])
+        await publish_events(
+            self.js, [dead_letter_event(self.subjects, stage, msg, error)], self.signer
+        )
         await msg.ack()
         self.metrics.dead_letters.labels(stage).inc()

@@ -54,7 +54,7 @@ def permissions(role: Role, subjects: Subjects) -> Permissions:
         return Permissions(
             publish=(
                 subjects.proposals("*"), subjects.cancel("*"), subjects.executed("*"),
-                subjects.api_status("*"),
+                subjects.api_status("*"), subjects.api("key"),
                 "$JS.API.INFO",
                 # Results consumers: the SDK's ordered consumer and the unattended worker's
                 # durable one, on the results stream only.
@@ -71,7 +71,7 @@ def permissions(role: Role, subjects: Subjects) -> Permissions:
     return Permissions(
         publish=(
             subjects.decisions("*"),
-            *(subjects.api(name) for name in ("pending", "get", "explain", "offered")),
+            *(subjects.api(name) for name in ("pending", "get", "explain", "offered", "key")),
             subjects.api_web("invite"),
             "$JS.API.INFO",
             f"$JS.API.CONSUMER.CREATE.{inbox}.>", f"$JS.API.CONSUMER.INFO.{inbox}.>",

@@ -12,7 +12,7 @@ import hashlib
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import httpx
 from nats.aio.msg import Msg
@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from workflow.classify.engine import classify
 from workflow.effects import AuditEntry, IntakeRecord, OutboxEvent
 from workflow.errors import describe_invalid
+from workflow.masking import masked_reasons
 from workflow.messages import Classification, Decision, Proposal, Verdict
 from workflow.policy.engine import evaluate
 from workflow.policy.freeze import frozen_verdict
@@ -28,10 +29,9 @@ from workflow.policy.grants import GrantTerms, grant_release
 from workflow.routing import SERVICE_ACTOR, intake_events, invalid_answer, route
 from workflow.service.context import ServiceContext
 from workflow.service.model_check import model_check
-from workflow.service.publishing import publish_events
+from workflow.service.publishing import publish_events, to_resend
 from workflow.service.pull import attempts
 from workflow.service.stage import Settle, Unprocessable
-from workflow.service.streams import DUPLICATE_WINDOW
 from workflow.service.tracing import span_headers, trace_headers
 
 log = logging.getLogger("headgate.intake")
@@ -39,10 +39,6 @@ log = logging.getLogger("headgate.intake")
 #: A proposal of the batch with its classification, verdict and the audit entries it adds.
 Evaluated = tuple[Msg, Proposal, Classification, Verdict, list[AuditEntry]]
 STAGE = "intake"
-#: How long after its first commit a redelivered proposal still re-sends its events: well
-#: inside the streams' duplicate window (retries back off for well under a minute), so a
-#: re-send JetStream had already stored is always dropped as a duplicate.
-REDELIVERY_HORIZON = DUPLICATE_WINDOW - 60.0
 
 
 class Intake:
@@ -128,7 +124,11 @@ class Intake:
         checked = await asyncio.gather(
             *(model_check(p, c, config, self._http) for _, p, c in items)
         )
-        return [(m, p, c) for (m, p, _), c in zip(items, checked, strict=True)]
+        # The model's own words may quote the command: masked like every other reason.
+        return [
+            (m, p, c.model_copy(update={"reasons": masked_reasons(c.reasons, p)}))
+            for (m, p, _), c in zip(items, checked, strict=True)
+        ]
 
     async def __call__(self, msgs: Sequence[Msg]) -> None:
         classified: list[tuple[Msg, Proposal, Classification]] = []
@@ -188,7 +188,7 @@ class Intake:
         )
         if answer is not None:
             try:
-                await publish_events(self.ctx.js, [answer])
+                await publish_events(self.ctx.js, [answer], self.ctx.signer)
             except Exception as exc:
                 await self.settle.failed(msg, f"answering the invalid proposal failed: {exc}")
                 return
@@ -249,7 +249,7 @@ class Intake:
         redelivered. Returns whether the messages may be acked.
         """
         try:
-            await publish_events(self.ctx.js, events)
+            await publish_events(self.ctx.js, events, self.ctx.signer)
             return True
         except Exception as exc:
             error = f"publishing results failed: {exc}"
@@ -269,8 +269,9 @@ class Intake:
 
         A proposal id seen before with the same digest is a redelivery or a duplicate publish.
         Only a redelivery (of the message whose commit may not have been followed by its
-        publish) has its events rebuilt from the stored row and sent again, and only inside
-        the streams' duplicate window (JetStream drops what had arrived). A fresh copy of a
+        publish) has its events rebuilt from the stored row and sent again: inside the
+        streams' duplicate window (JetStream drops what had arrived), or after it when the
+        stream does not hold them (`to_resend`). A fresh copy of a
         recorded proposal sends nothing: its events were confirmed before the first copy was
         acked, or are in the outbox, or come with the first copy's redelivery; re-sending them
         would hand every core subscriber a second `released` event, and past the duplicate
@@ -329,10 +330,12 @@ class Intake:
             ctx.metrics.outcomes.labels(outcome).inc(n)
         ctx.metrics.duplicates.inc(duplicates)
         if republish:
-            horizon = now - timedelta(seconds=REDELIVERY_HORIZON)
-            for row in await ctx.store.proposals.stored(republish):
-                if row.received_at > horizon:
-                    events.extend(intake_events(ctx.subjects, row))
+            rebuilt = [
+                (event, row.received_at)
+                for row in await ctx.store.proposals.stored(republish)
+                for event in intake_events(ctx.subjects, row)
+            ]
+            events.extend(await to_resend(ctx.js, rebuilt, now))
         return keep, events
 
     async def _retry(self, good: Sequence[tuple[Msg, IntakeRecord]], error: str) -> None:
@@ -345,10 +348,17 @@ class Invalid(Unprocessable):
     answered with a `blocked` event (`invalid`) when the proposal id can be read."""
 
 
+#: The most of a validation error an `invalid` answer quotes (a field name can be as long as
+#: the payload): the answer stays small whatever the input was.
+REASON_LIMIT = 2000
+
+
 def _sentence(error: str) -> str:
-    """The validation error as the reason an agent reads: a sentence."""
+    """The validation error as the reason an agent reads: a sentence, bounded."""
     text = error[:1].upper() + error[1:]
-    return text if text.endswith(".") else f"{text}."
+    if len(text) > REASON_LIMIT:
+        text = text[: REASON_LIMIT - 1] + "…"
+    return text if text.endswith((".", "…")) else f"{text}."
 
 
 def _key(msg: Msg) -> str:

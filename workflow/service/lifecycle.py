@@ -42,6 +42,7 @@ from workflow.service.streams import (
 )
 from workflow.service.supervisor import Supervisor
 from workflow.service.workers import IntakeWorkers, worker_argv
+from workflow.signing import ServiceKey
 from workflow.store.engine import in_memory_sqlite
 from workflow.store.repo import Store
 from workflow.subjects import Subjects
@@ -164,6 +165,18 @@ class Service:
             self._unlock_data_dir()
             raise
 
+    def _service_key(self) -> ServiceKey:
+        """The key every event and answer is signed with (see `datadir.service_key`)."""
+        s = self.settings
+        signer, _ = datadir.service_key(s.data_dir, s.service_seed)
+        if s.service_seed is None and s.database_url and not s.intake_worker:
+            log.warning(
+                "signing with this data dir's own service key %s: replicas that share the "
+                "database must share one key (--service-seed), or clients trust only one of "
+                "them", signer.public_key,
+            )  # fmt: skip
+        return signer
+
     async def _start(self) -> None:
         s = self.settings
         policy = load_settings_policy(s)
@@ -194,9 +207,11 @@ class Service:
                 await store.close()
                 self._stop_embedded()
                 raise HeadgateError(f"cannot create the JetStream streams: {exc}") from exc
+        signer = self._service_key()
         self.ctx = ctx = ServiceContext(
-            nc, js, store, self.subjects, policy, retry=RetryPolicy(base_delay=s.retry_base_delay)
-        )
+            nc, js, store, self.subjects, policy,
+            retry=RetryPolicy(base_delay=s.retry_base_delay), signer=signer,
+        )  # fmt: skip
         if s.clock is not None:
             ctx.clock = s.clock
         consumers = service_consumers(self.subjects)
@@ -265,7 +280,10 @@ class Service:
 
     async def _start_outreach(self, ctx: ServiceContext) -> None:
         """The web inbox, the notifier and the escalator; on failure nothing is left open."""
-        self.outreach = Outreach(ctx, self.settings)
+        self.outreach = Outreach(
+            ctx, self.settings, servers=self.url.split(","),
+            connect={"security": _security(self.settings, self._nkey)},
+        )  # fmt: skip
         try:
             await self.outreach.start()
         except BaseException:
@@ -332,6 +350,8 @@ class Service:
         ]  # fmt: skip
         if s.policy_path is not None:
             options += ["--policy", str(s.policy_path)]
+        if s.service_seed is not None:
+            options += ["--service-seed", str(s.service_seed)]
         if s.nats_user:
             options += ["--nats-user", s.nats_user]
         if s.nats_creds:

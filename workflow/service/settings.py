@@ -60,6 +60,9 @@ class Settings:
     web_key: Path | None = None
     #: One more notification channel that gets every event (`serve --notify URL`).
     notify_url: str | None = None
+    #: The seed (an nkeys server seed, SN…) the service signs its events and answers with;
+    #: None: the data dir's `service.seed`, created on first start (`--service-seed`).
+    service_seed: Path | None = None
     #: The service's clock (`ServiceContext.clock`); None: the system's, in UTC.
     clock: Clock | None = None
 

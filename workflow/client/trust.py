@@ -1,0 +1,160 @@
+"""Which service a client believes: the service's public key, and the check of its signature.
+
+The service signs every event it publishes (inbox items, held / released / blocked, …) and
+every API answer with its own key (`workflow.signing.ServiceKey`): an Ed25519 signature over
+the subject and the payload, in the ``Headgate-Signature`` header. Any NATS client that may
+publish on an inbox or results subject could otherwise pass off an inbox item (approval
+phishing) or a release (the agent would run a call nobody approved) as the service's.
+
+A client learns the key, in order, from:
+
+1. the key passed explicitly (``service_key=``, ``--service-key``) or ``HEADGATE_SERVICE_KEY``;
+2. the data dir of a local ``headgate serve`` (``service.pub``, beside ``nats.url``);
+3. the service itself, asked once on ``<prefix>.api.key``: trust on first use, as sound as the
+   NATS permissions that let only the service answer ``api.*`` (the embedded server's
+   accounts and ``deploy/nats/accounts.conf`` do). Pin the key where they do not.
+
+What does not verify is never shown to an approver and never run by an agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from workflow.client.connection import SERVICE_KEY_FILE, data_dir_from
+from workflow.errors import ConfigError, ConnectError
+from workflow.signing import SIGNER_HEADER, is_service_key, verify_event
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client as NATS
+
+#: The environment variable that pins the service's public key.
+SERVICE_KEY_ENV = "HEADGATE_SERVICE_KEY"
+#: Seconds to wait for the service to say its key.
+KEY_TIMEOUT = 5.0
+
+
+class NotFromService(ConnectError):
+    """A message that claims to be the service's does not carry the service's signature."""
+
+    def __init__(self, subject: str, why: str):
+        self.subject = subject
+        super().__init__(
+            f"the message on {subject} is not the Headgate service's ({why}); it was ignored"
+        )
+
+
+def pinned_key(
+    key: str | None = None,
+    *,
+    data_dir: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> str | None:
+    """The service key given explicitly, in the environment or in the data dir; None if none.
+
+    ConfigError when the one found is not a service key (a typo must not disable the check)."""
+    env = os.environ if env is None else env
+    origin = "the service key given"
+    if not key:
+        key, origin = env.get(SERVICE_KEY_ENV) or None, SERVICE_KEY_ENV
+    if not key:
+        path = data_dir_from(data_dir, env) / SERVICE_KEY_FILE
+        try:
+            key, origin = path.read_text().strip() or None, str(path)
+        except OSError:
+            return None
+    if key is not None and not is_service_key(key):
+        raise ConfigError(f"{origin} is not a service public key (N…, 56 characters): {key!r}")
+    return key
+
+
+class ServiceTrust:
+    """The key a connection trusts for one subject prefix, and the checks made with it."""
+
+    def __init__(self, nc: NATS, prefix: str, key: str | None = None):
+        self.nc = nc
+        self.prefix = prefix
+        self._key = key
+        self._lock = asyncio.Lock()
+
+    @property
+    def known(self) -> str | None:
+        return self._key
+
+    async def key(self) -> str:
+        """The trusted key; asked of the service once when none is pinned (ConnectError when
+        it does not answer: nothing can be verified, so nothing is trusted)."""
+        if self._key is not None:
+            return self._key
+        async with self._lock:
+            if self._key is None:
+                self._key = await self._ask()
+        return self._key
+
+    async def _ask(self) -> str:
+        from nats.errors import Error as NatsError
+
+        subject = f"{self.prefix}.api.key"
+        try:
+            msg = await self.nc.request(subject, b"{}", timeout=KEY_TIMEOUT)
+        except (TimeoutError, NatsError) as exc:
+            raise ConnectError(
+                f"cannot learn the Headgate service's key on {subject} ({exc or 'no answer'}); "
+                f"set {SERVICE_KEY_ENV} to the key in the service's data dir (service.pub)"
+            ) from exc
+        try:
+            found = json.loads(msg.data).get("public_key")
+        except (ValueError, AttributeError):
+            found = None
+        if not isinstance(found, str) or not is_service_key(found):
+            raise ConnectError(f"the answer on {subject} is not a service key")
+        # Only the service answers api.* where permissions are set: what answered signs too.
+        if not verify_event(found, msg.subject, msg.data, msg.headers):
+            raise ConnectError(f"the answer on {subject} is not signed by the key it names")
+        return found
+
+    async def verified(self, subject: str, data: bytes, headers: dict[str, str] | None) -> bool:
+        """True when the message is signed by the service (ConnectError: key not known)."""
+        return verify_event(await self.key(), subject, data, headers)
+
+    async def require(self, subject: str, data: bytes, headers: dict[str, str] | None) -> None:
+        """Raise `NotFromService` unless the message is signed by the service."""
+        if await self.verified(subject, data, headers):
+            return
+        signer = (headers or {}).get(SIGNER_HEADER)
+        why = (
+            "no service signature"
+            if not headers or "Headgate-Signature" not in headers
+            else f"signed by {signer or 'another key'}, not by the service key {self._key}"
+        )
+        raise NotFromService(subject, why)
+
+
+_TRUST: weakref.WeakKeyDictionary[NATS, dict[str, ServiceTrust]] = weakref.WeakKeyDictionary()
+#: The data dir a connection was found through (the CLI's `--data-dir`): its `service.pub`.
+_DATA_DIRS: weakref.WeakKeyDictionary[NATS, Path] = weakref.WeakKeyDictionary()
+
+
+def use_data_dir(nc: NATS, data_dir: Path) -> None:
+    """Look for the service's key in `data_dir` for the trust made on `nc` from now on."""
+    _DATA_DIRS[nc] = data_dir
+
+
+def trust_for(
+    nc: NATS, prefix: str, *, key: str | None = None, data_dir: Path | str | None = None
+) -> ServiceTrust:
+    """The trust of connection `nc` in the service of `prefix`, made on first use from `key`,
+    the environment or the data dir (`pinned_key`), else learnt from the service."""
+    per_prefix = _TRUST.setdefault(nc, {})
+    found = per_prefix.get(prefix)
+    if data_dir is None:
+        data_dir = _DATA_DIRS.get(nc)
+    if found is None or (key is not None and found.known != key):
+        found = per_prefix[prefix] = ServiceTrust(nc, prefix, pinned_key(key, data_dir=data_dir))
+    return found
