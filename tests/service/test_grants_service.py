@@ -310,6 +310,13 @@ async def test_the_cli_grants_lists_approves_in_batch_and_freezes(
         (grant,) = json.loads(listed.output)
         assert grant["command_prefix"] == ["make", "x"]
         assert (await cli("approve", raw["request_id"], "--grant", "soon")).exit_code == 2
+        later = await propose(h.nc, h.subjects, tool="run_shell", arguments={"command": "make q"})
+        (held,) = await h.observer.wait_for("inbox", later)
+        out = await cli("approve", held["request_id"], "--grant", "9h", *signed_as)
+        assert out.exit_code == 1  # the approval stands, the grant is refused
+        assert "accepted:" in out.output
+        assert "grant refused:" in out.output
+        await h.observer.wait_for("released", later)
 
         items = await held_items(h, 3, agent="agent-9")
         out = await cli("approve", "--all", "--agent", "agent-9", "--tool", "write_file",

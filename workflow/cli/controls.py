@@ -6,7 +6,7 @@ from __future__ import annotations
 import getpass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 import typer
 from rich.markup import escape
@@ -67,28 +67,63 @@ def parse_scope(text: str | None) -> GrantScope | None:
         fail(f"--scope must be one of {', '.join(s.value for s in GrantScope)}, not {text!r}")
 
 
+class GrantAsked(NamedTuple):
+    """What `headgate approve ID --grant …` asked for."""
+
+    ttl: timedelta
+    scope: GrantScope | None
+    prefix: str | None
+    path_glob: str | None
+    any_agent: bool
+    max_uses: int | None
+    this_session: bool
+
+
 async def grant_from(
-    client: Approver,
-    history: ProposalHistory,
-    ttl: timedelta,
-    scope: GrantScope | None,
-    prefix: str | None,
-    path_glob: str | None,
-    any_agent: bool,
-    max_uses: int | None,
-    this_session: bool,
-    reason: str,
+    client: Approver, history: ProposalHistory, asked: GrantAsked, reason: str
 ) -> GrantInfo:
     """The grant made from an approved request (`headgate approve ID --grant 1h`)."""
     from workflow.client.verify import ShownRequest
 
     assert history.request_id is not None
     shown = ShownRequest(history.request_id, history.proposal, history.proposal_digest)
-    words = prefix.split() if prefix else None
     return await client.grant(
-        shown, ttl=ttl, scope=scope, prefix=words, path_glob=path_glob, any_agent=any_agent,
-        this_session=this_session, max_uses=max_uses, reason=reason,
+        shown, ttl=asked.ttl, scope=asked.scope,
+        prefix=asked.prefix.split() if asked.prefix else None, path_glob=asked.path_glob,
+        any_agent=asked.any_agent, this_session=asked.this_session, max_uses=asked.max_uses,
+        reason=reason,
     )  # fmt: skip
+
+
+async def grant_line(
+    client: Approver, history: ProposalHistory, asked: GrantAsked, reason: str
+) -> tuple[bool, str]:
+    """Make the grant `--grant` asked for: (True, what it covers) or (False, why refused).
+    The approval it follows stands either way."""
+    from workflow.errors import HeadgateError
+
+    try:
+        made = await grant_from(client, history, asked, reason)
+    except HeadgateError as exc:
+        return False, str(exc)
+    return True, describe_grant(made)
+
+
+def print_decided(
+    ok: bool, message: str, what: str, grants: list[tuple[bool, str]], json_out: bool
+) -> None:
+    """What `headgate approve|reject ID` prints; exit 1 when refused (or a grant was)."""
+    if json_out:
+        print_json({"accepted": ok, "message": message, "request": what,
+                    "grant": [line for made, line in grants if made],
+                    "grant_refused": [line for made, line in grants if not made]})  # fmt: skip
+    else:
+        console.print(("[green]accepted:[/] " if ok else "[red]refused:[/] ") + escape(message))
+        for made, line in grants:
+            mark = "[green]granted:[/]" if made else "[red]grant refused:[/]"
+            console.print(f"{mark} {escape(line)}")
+    if not ok or not all(made for made, _ in grants):
+        raise typer.Exit(1)
 
 
 def describe_grant(g: GrantInfo) -> str:
