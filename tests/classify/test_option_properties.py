@@ -10,6 +10,8 @@ flag alone on any known command is a read.
 
 from __future__ import annotations
 
+import shlex
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -160,5 +162,48 @@ def test_a_help_or_version_flag_alone_on_a_known_command_is_a_read(name: str, fl
     result = run(f"{name} {flag}")
     assert (result.risk_class, result.severity) == (RiskClass.READ, Severity.LOW), (
         name,
+        rules_of(result),
+    )
+
+
+WRITING_SQL = [
+    "DROP TABLE t",
+    "DELETE FROM t WHERE id = 1",
+    "UPDATE t SET a = 1 WHERE id = 2",
+    "INSERT INTO t VALUES (1)",
+    "CREATE TABLE t (a int)",
+    "ALTER TABLE t ADD b int",
+    "TRUNCATE t",
+    "GRANT ALL ON t TO x",
+    "COPY t TO '/tmp/x'",
+    "SELECT * INTO t2 FROM t",
+    "SELECT nextval('s')",
+    "SELECT pg_read_file('/etc/passwd')",
+    "SELECT readfile('/home/agent/.ssh/id_rsa')",
+    "SELECT * FROM t FOR UPDATE",
+    "EXPLAIN ANALYZE DELETE FROM t",
+    "WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d",
+    "VACUUM",
+    "SELECT 1 \\g /tmp/out",
+    "\\! id",
+    ".shell id",
+    ".output /tmp/x",
+]
+CLIENTS = ["psql -c {}", "mysql -e {}", "sqlite3 app.db {}", "psql -h db.example.net -c {}"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(CLIENTS),
+    st.sampled_from(WRITING_SQL),
+    st.sampled_from(["", "SELECT 1; ", "SELECT count(*) FROM users;\n"]),
+)
+def test_sql_that_writes_runs_or_reads_files_is_never_a_low_read(
+    client: str, statement: str, before: str
+) -> None:
+    command = client.format(shlex.quote(before + statement))
+    result = run(command)
+    assert (result.risk_class, result.severity) != (RiskClass.READ, Severity.LOW), (
+        command,
         rules_of(result),
     )

@@ -160,6 +160,7 @@ def test_an_option_that_writes_is_at_least_a_write_through_the_path_rules(
         "tar czf /tmp/k.tgz ~/.ssh",
         "cat $(echo ~/.ssh/id_rsa)",
         "tree --fromfile ~/.ssh/id_rsa",
+        "git blame --contents=/home/agent/.ssh/id_rsa README.md",
         "man -l ~/.ssh/id_rsa",
         "docker compose --env-file ~/.aws/credentials config",
         "helm template ./chart -f ~/.ssh/id_rsa",
@@ -283,6 +284,8 @@ def test_help_and_version_of_a_known_command_are_reads(command: str) -> None:
         "npm run build --help",
         "kubectl exec pod --help",
         "./tool --version",
+        "pytest --help",
+        "pytest --version",
     ],
 )
 def test_a_help_flag_is_informational_only_where_the_program_reads_it_so(command: str) -> None:

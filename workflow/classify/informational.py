@@ -26,7 +26,7 @@ SHORT_HELP = frozenset(
     {
         "sudo", "curl", "apt-get", "apt", "apt-cache", "pip", "pip3", "kubectl", "helm", "docker",
         "podman", "gh", "git", "rg", "fd", "bat", "jq", "yq", "nc", "ncat", "wget", "rsync",
-        "terraform", "tofu", "npm", "uv", "ruff", "pytest", "node", "python", "python3", "xz",
+        "terraform", "tofu", "npm", "uv", "ruff", "node", "python", "python3", "xz",
         "gzip", "zstd", "unzip", "psql", "mysql", "sqlite3", "redis-cli", "ssh-keygen", "aws",
         "gcloud", "az",
     }
@@ -67,13 +67,27 @@ GROUPS = frozenset(
 #: (a wrapper or an interpreter would run the next word as a program instead).
 SUBCOMMAND_TOOLS = frozenset(
     {"git", "docker", "podman", "kubectl", "helm", "terraform", "tofu", "pip", "pip3", "npm",
-     "yarn", "pnpm", "cargo", "go", "uv", "poetry", "gh", "glab", "aws", "gcloud", "az", "apt",
-     "apt-get", "apt-cache", "systemctl", "conda", "brew", "gem", "bundle", "composer",
+     "pnpm", "cargo", "go", "uv", "poetry", "gh", "glab", "aws", "gcloud", "az", "apt",
+     "apt-get", "apt-cache", "systemctl", "conda", "brew", "gem", "bundle",
      "dotnet", "make", "ip", "flyctl", "doctl", "pulumi", "vercel", "heroku", "openssl"}
 )  # fmt: skip
-#: Machines' power commands: never informational (`shutdown -h` halts).
+#: Never informational: the machine's power commands (`shutdown -h` halts), and programs that
+#: load project code before they look at their options: pytest (conftest.py, plugins), yarn
+#: (the project's `.yarn/plugins`), composer (the project's plugins).
 NEVER_INFORMATIONAL = frozenset(
-    {"shutdown", "reboot", "halt", "poweroff", "init", "telinit", "format"}
+    {
+        "shutdown",
+        "reboot",
+        "halt",
+        "poweroff",
+        "init",
+        "telinit",
+        "format",
+        "pytest",
+        "py.test",
+        "yarn",
+        "composer",
+    }
 )
 _WORD = re.compile(r"[a-z][a-z0-9-]*")
 

@@ -283,7 +283,10 @@ def _git(name: str, args: list[Word], st: ShellState, stdin_text: str | None) ->
         _urls("git", rest, st)
         return ("exec", frozenset({FETCH}), paths)
     if git_is_read(sub, rest):
-        return ("read", frozenset(), paths + [w for w in rest if w.text.startswith(("/", "~"))])
+        files = [w for w in rest if w.text.startswith(("/", "~"))] + [
+            Word.of(w.text.split("=", 1)[1]) for w in rest if w.text.startswith("--contents=")
+        ]  # `git blame --contents=FILE` prints FILE
+        return ("read", frozenset(), paths + files)
     return ("exec", frozenset(), paths)
 
 

@@ -71,20 +71,18 @@ RULES: dict[str, Rule] = {
 #: Commands the classifier knows beyond its rules and readers: wrappers, shells,
 #: interpreters and everyday development tools (for help and version flags).
 KNOWN_TOOLS = frozenset(
-    {"env", "nohup", "time", "nice", "ionice", "stdbuf", "setsid", "builtin", "exec",
-     "unbuffer", "caffeinate", "strace", "ltrace", "flock", "timeout", "gtimeout", "xargs",
-     "parallel", "watch", "sudo", "doas", "su", "pkexec", "run0", "chroot", "sh", "bash", "zsh",
-     "dash", "ksh", "mksh", "ash", "fish", "tcsh", "csh", "busybox", "python", "python2",
-     "python3", "perl", "ruby", "node", "nodejs", "deno", "bun", "php", "lua", "Rscript",
-     "pwsh", "gcc", "g++", "cc", "clang", "clang++", "make", "cmake", "ninja", "ruff", "mypy",
-     "pytest", "black", "isort", "flake8", "pylint", "eslint", "prettier", "tsc", "npx", "java",
-     "javac", "rustc", "rustup", "openssl", "gpg", "ssh-keygen", "tar", "zip", "unzip", "gzip",
-     "gunzip", "xz", "zstd", "bzip2", "ffmpeg", "convert", "pandoc", "vim", "nvim", "emacs",
-     "nano", "code", "gdb", "lldb", "valgrind", "sqlite3", "poetry", "uv", "pipx", "cargo",
-     "go", "dotnet", "mvn", "gradle", "ant", "bazel", "terraform", "tofu", "ansible",
-     "ansible-playbook", "vagrant", "packer", "nomad", "consul", "minikube", "kind", "k9s",
-     "kustomize", "skaffold", "tilt", "jq", "yq", "hostnamectl", "timedatectl", "journalctl",
-     "dmesg", "ss", "ip", "netstat", "top", "htop", "dpkg-query", "apt-cache"}
+    {"env", "nohup", "time", "nice", "ionice", "stdbuf", "setsid", "builtin", "exec", "unbuffer",
+     "caffeinate", "strace", "ltrace", "flock", "timeout", "gtimeout", "xargs", "parallel",
+     "watch", "sudo", "doas", "su", "pkexec", "run0", "chroot", "sh", "bash", "zsh", "dash",
+     "ksh", "mksh", "ash", "fish", "tcsh", "csh", "busybox", "python", "python2", "python3",
+     "perl", "ruby", "node", "nodejs", "deno", "bun", "php", "lua", "pwsh", "gcc", "g++", "cc",
+     "clang", "clang++", "make", "cmake", "ninja", "ruff", "mypy", "black", "isort", "flake8",
+     "eslint", "prettier", "tsc", "npx", "java", "javac", "rustc", "rustup", "openssl",
+     "gpg", "ssh-keygen", "tar", "zip", "unzip", "gzip", "gunzip", "xz", "zstd", "bzip2",
+     "ffmpeg", "convert", "pandoc", "vim", "nvim", "emacs", "nano", "code", "gdb", "lldb",
+     "valgrind", "sqlite3", "poetry", "uv", "pipx", "cargo", "go", "dotnet", "terraform", "tofu",
+     "ansible", "ansible-playbook", "kustomize", "jq", "yq", "hostnamectl", "timedatectl",
+     "journalctl", "dmesg", "ss", "ip", "netstat", "top", "htop", "dpkg-query", "apt-cache"}
 )  # fmt: skip
 
 

@@ -646,7 +646,6 @@ _SIMPLE_LISTS: dict[str, Tool] = {
         frozenset({"-n", "--name", "-p", "--prefix"}), _paths("list", "env list", "info")
     ),
     "pipx": Tool(frozenset(), _paths("list")),
-    "yarn": Tool(frozenset(), _paths("list", "why", "config get")),
     "pnpm": Tool(frozenset({"--filter", "--depth"}), _paths("ls", "list", "why")),
     "uv": Tool(frozenset({"--python", "-p"}), _paths("pip list", "pip show", "pip freeze")),
     "poetry": Tool(frozenset(), _paths("env info", "env list", "version")),

@@ -62,6 +62,35 @@ RULES = (
         domain=DOMAIN,
     ),
     rule(
+        "shell.mapfile_callback",
+        X,
+        "high",
+        "`mapfile -C CMD`: runs a command for every few lines it reads; fails closed",
+        domain=DOMAIN,
+    ),
+    rule(
+        "shell.compgen_command",
+        X,
+        "high",
+        "`compgen -C CMD` / `-F FUNC`: runs a command or a function to list completions; "
+        "fails closed",
+        domain=DOMAIN,
+    ),
+    rule(
+        "shell.history_rerun",
+        X,
+        "high",
+        "`fc` (other than `fc -l`): runs commands again from the shell's history; fails closed",
+        domain=DOMAIN,
+    ),
+    rule(
+        "shell.too_much_work",
+        X,
+        "high",
+        "a command past the analysis bounds (steps, nesting, argv words, size); fails closed",
+        domain=DOMAIN,
+    ),
+    rule(
         "shell.alias",
         X,
         "high",
