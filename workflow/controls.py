@@ -48,6 +48,9 @@ class GrantIssue(Wire):
     tool: Annotated[str, Field(min_length=1, max_length=200)]
     workspace: Token
     agent: Token | None = Field(default=None, description="Only this agent's calls (else any).")
+    session_id: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+        default=None, description="Only the calls of this client session (proposal context)."
+    )
     scope: GrantScope
     command_prefix: (
         Annotated[list[Annotated[str, Field(min_length=1, max_length=4096)]], Field(max_length=64)]
@@ -82,6 +85,7 @@ class GrantInfo(Wire):
     tool: str
     workspace: str
     agent: str | None = None
+    session_id: str | None = None
     scope: GrantScope
     command_prefix: list[str] | None = None
     path_glob: str | None = None

@@ -9,6 +9,7 @@ is given (`password`, `api_key`, `Authorization`…). Masking is idempotent.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,7 @@ _VALUE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 _OPAQUE = re.compile(r"[A-Za-z0-9_+=-]{32,}")
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_key(name: str) -> bool:
     """True for an argument name that holds a secret (`password`, `api_key`, `Authorization`…)."""
     norm = re.sub(r"[^a-z0-9]", "", name.lower())
@@ -92,15 +94,19 @@ def _looks_opaque(token: str) -> bool:
 #: none of them is returned as it is without running the patterns (the classifier masks every
 #: reason it gives, so this is on the service's hot path).
 _CLUES = (
-    "bearer", "basic", "token", "eyj", "-----begin", "sk-", "gh", "xox", "akia", "asia", "aiza",
-    "_live_", "_test_", "passw", "pwd", "secret", "key", "auth", "://", "-u", "mysql", "mariadb",
-    "sshpass",
+    "bearer", "basic", "token", "eyj", "-----begin", "sk-", "ghp_", "gho_", "ghu_", "ghs_",
+    "ghr_", "github_pat_", "xox", "akia", "asia", "aiza", "_live_", "_test_", "passw", "pwd",
+    "secret", "key", "auth", "-u", "mysql", "mariadb", "sshpass",
 )  # fmt: skip
 
 
 def _may_hold_secret(text: str) -> bool:
     low = text.lower()
-    return any(clue in low for clue in _CLUES) or _OPAQUE.search(text) is not None
+    return (
+        any(clue in low for clue in _CLUES)
+        or ("://" in low and "@" in low)  # a URL's userinfo
+        or _OPAQUE.search(text) is not None
+    )
 
 
 def mask_text(text: str) -> str:
@@ -190,6 +196,10 @@ def mask_known(text: str, secrets: set[str]) -> str:
 def masked_reasons(reasons: list[Reason], proposal: Proposal | None = None) -> list[Reason]:
     """Classification reasons with their messages masked (the rule ids stay): by pattern, and
     for every secret of `proposal`'s arguments and intent wherever a message quotes it."""
+    if proposal is not None and not _any_secret(proposal):
+        # Secrets come from the proposal: a reason can only quote what it holds. With nothing
+        # secret-looking in it (the common case), the messages are kept as they are.
+        return reasons
     known = secrets_of([proposal.arguments, proposal.intent or ""]) if proposal else set()
     out = []
     for reason in reasons:
@@ -198,6 +208,23 @@ def masked_reasons(reasons: list[Reason], proposal: Proposal | None = None) -> l
             reason if message == reason.message else reason.model_copy(update={"message": message})
         )
     return out
+
+
+def _any_secret(proposal: Proposal) -> bool:
+    """Whether anything in the proposal's arguments or intent may be a secret: a value under a
+    secret-sounding name, or text with one of the clues every value pattern needs."""
+    return _holds_secret(proposal.arguments) or _may_hold_secret(proposal.intent or "")
+
+
+def _holds_secret(value: Any) -> bool:
+    if isinstance(value, Mapping):
+        return any(
+            (is_secret_key(str(k)) and isinstance(v, str) and v) or _holds_secret(v)
+            for k, v in value.items()
+        )
+    if isinstance(value, list | tuple):
+        return any(_holds_secret(v) for v in value)
+    return isinstance(value, str) and _may_hold_secret(value)
 
 
 def masked_proposal(proposal: Proposal) -> dict[str, Any]:

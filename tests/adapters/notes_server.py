@@ -1,7 +1,7 @@
 """A real stdio MCP server for the proxy tests: reads, writes, a destructive tool, and tools
 that make the server misbehave (exit mid-call, never answer).
 
-usage: python notes_server.py NOTES_FILE
+usage: python notes_server.py NOTES_FILE [HTTP_PORT]   (stdio, or streamable HTTP at /mcp)
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from mcp_types import ToolAnnotations
 
 NOTES = sys.argv[1]
 server = MCPServer("notes")
+with open(f"{NOTES}.pid", "w") as pidfile:  # so a test can see that it was stopped
+    pidfile.write(str(os.getpid()))
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
@@ -52,4 +54,9 @@ def hang() -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    if len(sys.argv) > 2:
+        import anyio
+
+        anyio.run(lambda: server.run_streamable_http_async(port=int(sys.argv[2])))
+    else:
+        server.run()

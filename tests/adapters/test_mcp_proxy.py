@@ -7,6 +7,8 @@ make it misbehave) and gates every call through the service on a real nats-serve
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,6 +20,7 @@ import mcp_types as types
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.client.support import KEYS
 from tests.service.helpers import Harness, decision, running_service, send_decision, wait_until
@@ -214,6 +217,29 @@ async def test_an_upstream_that_dies_or_hangs_gives_an_error_and_nothing_stays_p
         assert executed["success"] is False
         history = await h.service_history(released["proposal_id"])
         assert history["status"] == "released"
+    # The proxy is gone: so is the upstream server, even the one hung in a call.
+    upstream = int(Path(f"{notes}.pid").read_text())
+
+    async def running() -> bool:
+        return alive(upstream)
+
+    await wait_until(running, lambda up: not up)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid)
+
+
+def _state(pid: int) -> str:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return "zombie"
+    return next((line for line in status.splitlines() if line.startswith("State:")), "")
 
 
 async def test_an_upstream_speaking_garbage_stops_the_proxy_with_a_clear_error(
@@ -228,3 +254,57 @@ async def test_an_upstream_speaking_garbage_stops_the_proxy_with_a_clear_error(
     stderr = (tmp_path / "proxy-stderr.txt").read_text()
     assert "did not complete the MCP handshake" in stderr
     assert "Traceback" not in stderr
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def wait_listening(port: int) -> None:
+    with anyio.fail_after(30):
+        while True:
+            try:
+                stream = await anyio.connect_tcp("127.0.0.1", port)
+            except OSError:
+                await anyio.sleep(0.1)
+            else:
+                await stream.aclose()
+                return
+
+
+async def test_streamable_http_on_both_sides(nats_url: str, tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    upstream_port, proxy_port = free_port(), free_port()
+    root = str(Path(__file__).resolve().parents[2])
+    async with service(nats_url, tmp_path / "svc") as h, anyio.create_task_group() as tg:
+        upstream = await anyio.open_process(
+            [sys.executable, str(SERVER), str(notes), str(upstream_port)], cwd=root
+        )
+        proxy = await anyio.open_process(
+            [sys.executable, "-m", "workflow", "mcp-proxy", "--nats-url", nats_url,
+             "--prefix", h.subjects.prefix, "--agent", AGENT, "--data-dir", "/nonexistent",
+             "--upstream-url", f"http://127.0.0.1:{upstream_port}/mcp",
+             "--listen", f"127.0.0.1:{proxy_port}"], cwd=root,
+        )  # fmt: skip
+        try:
+            await wait_listening(upstream_port)
+            await wait_listening(proxy_port)
+            url = f"http://127.0.0.1:{proxy_port}/mcp"
+            async with (
+                streamable_http_client(url) as (read, write),
+                ClientSession(read, write) as client,
+            ):
+                await client.initialize()
+                listed = {t.name for t in (await client.list_tools()).tools}
+                assert "write_note" in listed
+                assert "delete_all" not in listed
+                tg.start_soon(decide, h)
+                result = await client.call_tool("write_note", {"name": "h", "text": "ttp"})
+                assert not result.is_error, text_of(result)
+                assert notes.read_text() == "h=ttp\n"
+        finally:
+            for process in (proxy, upstream):
+                process.terminate()
+                await process.wait()

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import shlex
+import signal
 import sys
 import uuid
 from collections.abc import Awaitable
@@ -31,6 +32,7 @@ import anyio
 import mcp_types as types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
@@ -71,6 +73,10 @@ class ProxyOptions:
     data_dir: Path | None = None
     #: Where to write the upstream's latest `tools/list` (for `headgate tools pin --tools`).
     catalog: Path | None = None
+    #: A streamable HTTP upstream (instead of `command`), e.g. http://127.0.0.1:8000/mcp.
+    upstream_url: str | None = None
+    #: Serve streamable HTTP on (host, port) at /mcp instead of stdio.
+    listen: tuple[str, int] | None = None
 
 
 class UpstreamError(HeadgateError):
@@ -244,7 +250,10 @@ class Proxy:
 async def serve(options: ProxyOptions) -> None:
     """Run the upstream server and serve MCP on stdio until the client closes it."""
     try:
-        await _serve(options)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_stop_on_signal, tasks.cancel_scope)
+            await _serve(options)
+            tasks.cancel_scope.cancel()
     except BaseExceptionGroup as group:  # the SDK's task groups wrap what went wrong
         found = group.subgroup(lambda e: isinstance(e, HeadgateError))
         if found is not None:
@@ -252,20 +261,40 @@ async def serve(options: ProxyOptions) -> None:
         raise
 
 
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    """SIGTERM, SIGINT or SIGHUP end the proxy through its normal exit, which stops the
+    upstream server; dying on the signal would leave it running (it is in a process group of
+    its own), hung in a call that will never be answered."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
+
+
 def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
     inner = group.exceptions[0]
     return _first(inner) if isinstance(inner, BaseExceptionGroup) else inner
 
 
+def _upstream_transport(options: ProxyOptions) -> Any:
+    if options.upstream_url is not None:
+        return streamable_http_client(options.upstream_url)
+    params = StdioServerParameters(command=options.command[0], args=options.command[1:])
+    return stdio_client(params, errlog=sys.stderr)
+
+
+def _upstream_name(options: ProxyOptions) -> str:
+    return options.upstream_url or shlex.join(options.command)
+
+
 async def _serve(options: ProxyOptions) -> None:
     target = resolve_nats(options.nats_url, role=Role.AGENT, data_dir=options.data_dir)
-    upstream = StdioServerParameters(command=options.command[0], args=options.command[1:])
     async with (
         Headgate.connect(
             target, agent=options.agent, workspace=options.workspace, prefix=options.prefix,
             connect_timeout=options.connect_timeout,
         ) as hg,
-        stdio_client(upstream, errlog=sys.stderr) as (read, write),
+        _upstream_transport(options) as (read, write),
         ClientSession(read, write) as session,
     ):  # fmt: skip
         try:
@@ -274,14 +303,25 @@ async def _serve(options: ProxyOptions) -> None:
         except Exception as exc:
             why = "no answer" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
             raise UpstreamError(
-                f"the upstream MCP server `{shlex.join(options.command)}` did not complete the "
-                f"MCP handshake within {options.start_timeout:g}s ({why}); is it an MCP server "
-                "speaking stdio?"
+                f"the upstream MCP server `{_upstream_name(options)}` did not complete the MCP "
+                f"handshake within {options.start_timeout:g}s ({why}); is it an MCP server?"
             ) from exc
         proxy = Proxy(hg, session, options)
         server: Server[Any] = Server(
             "headgate-mcp-proxy", on_list_tools=proxy.list_tools, on_call_tool=proxy.call_tool
         )
+        if options.listen is not None:
+            await _serve_http(server, *options.listen)
+            return
         async with stdio_server() as (client_read, client_write):
             with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError):
                 await server.run(client_read, client_write, server.create_initialization_options())
+
+
+async def _serve_http(server: Server[Any], host: str, port: int) -> None:
+    """Streamable HTTP at http://HOST:PORT/mcp until the process is stopped."""
+    import uvicorn
+
+    app = server.streamable_http_app(host=host)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve()

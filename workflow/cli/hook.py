@@ -118,11 +118,26 @@ def _command(client: str, options: GateOptions, agent: str | None, nats_url: str
 
 def mcp_proxy(
     command: Annotated[
-        list[str],
+        list[str] | None,
         typer.Argument(
             help="The upstream MCP server to run (stdio), after `--`.", show_default=False
         ),
-    ],
+    ] = None,
+    upstream_url: Annotated[
+        str | None,
+        typer.Option(
+            "--upstream-url",
+            help="A streamable HTTP MCP server to proxy instead of a command, e.g. "
+            "http://127.0.0.1:8000/mcp.",
+        ),
+    ] = None,
+    listen: Annotated[
+        str | None,
+        typer.Option(
+            "--listen",
+            help="Serve streamable HTTP on HOST:PORT (at /mcp) instead of stdio.",
+        ),
+    ] = None,
     agent: Annotated[
         str | None,
         typer.Option(
@@ -180,7 +195,7 @@ def mcp_proxy(
     data_dir: DataDir = DEFAULT_DATA_DIR,
     prefix: Prefix = "headgate",
 ) -> None:
-    """Run an MCP server (stdio) behind Headgate: `headgate mcp-proxy -- npx server-x`.
+    """Run an MCP server behind Headgate: `headgate mcp-proxy -- npx server-x`.
 
     tools/list passes through without the tools the policy denies this agent; every
     tools/call is a proposal carrying the tool's definition, held (with progress
@@ -188,11 +203,11 @@ def mcp_proxy(
     reported as executed. Blocked or still pending after --wait, the client gets an error
     result with the reason or the request id (the same call retried binds to that request).
     """
+    from workflow.errors import ConfigError
+
     try:
         from workflow.adapters.mcp_proxy import ProxyOptions, serve
     except ImportError as exc:
-        from workflow.errors import ConfigError
-
         raise ConfigError(
             f"the MCP proxy needs the MCP SDK ({exc.name}): pip install 'headgate[mcp]'"
         ) from exc
@@ -200,15 +215,24 @@ def mcp_proxy(
 
     from workflow.adapters.calls import default_agent
 
+    if bool(command) == bool(upstream_url):
+        raise ConfigError("give the upstream MCP server: a command after `--`, or --upstream-url")
+    address = None
+    if listen is not None:
+        host, _, port = listen.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"--listen must be HOST:PORT, e.g. 127.0.0.1:8765, not {listen!r}")
+        address = (host.strip("[]"), int(port))
+
     try:
         user = getpass.getuser()
     except Exception:
         user = None
     options = ProxyOptions(
-        agent=agent or default_agent("mcp", user), command=command, workspace=workspace,
+        agent=agent or default_agent("mcp", user), command=command or [], workspace=workspace,
         server_kind=server_kind, wait=wait, progress_every=progress_every,
         upstream_timeout=upstream_timeout, start_timeout=start_timeout,
         connect_timeout=connect_timeout, prefix=prefix, nats_url=nats_url,
-        data_dir=data_dir.absolute(), catalog=catalog,
+        data_dir=data_dir.absolute(), catalog=catalog, upstream_url=upstream_url, listen=address,
     )  # fmt: skip
     anyio.run(serve, options)

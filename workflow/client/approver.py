@@ -502,7 +502,8 @@ class Approver:
     async def grant(
         self, request: Decidable, *, ttl: float | timedelta, scope: GrantScope | str | None = None,
         prefix: Sequence[str] | None = None, path_glob: str | None = None,
-        any_agent: bool = False, max_uses: int | None = None, reason: str = "",
+        any_agent: bool = False, this_session: bool = False, max_uses: int | None = None,
+        reason: str = "",
     ) -> GrantInfo:  # fmt: skip
         """Allow calls like `request`'s for `ttl` (seconds or a timedelta): by default its
         own command (as an argv prefix) or its path's directory, for the same agent and
@@ -513,7 +514,8 @@ class Approver:
             proposal=request.proposal,
             ttl=ttl if isinstance(ttl, timedelta) else timedelta(seconds=ttl),
             now=self.clock(), scope=GrantScope(scope) if scope else None, prefix=prefix,
-            path_glob=path_glob, any_agent=any_agent, max_uses=max_uses, reason=reason,
+            path_glob=path_glob, any_agent=any_agent, this_session=this_session,
+            max_uses=max_uses, reason=reason,
         )  # fmt: skip
 
     async def grants(self, *, every: bool = False) -> list[GrantInfo]:

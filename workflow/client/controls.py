@@ -92,17 +92,22 @@ async def issue_grant(
     prefix: Sequence[str] | None = None,
     path_glob: str | None = None,
     any_agent: bool = False,
+    this_session: bool = False,
     max_uses: int | None = None,
     reason: str = "",
 ) -> GrantInfo:
     """Ask the service to store a grant made from the held request `request_id`."""
     chosen, default_prefix, default_glob = default_scope(proposal, scope)
+    session = proposal.context.session_id if proposal.context else None
+    if this_session and session is None:
+        raise ConfigError("the call names no client session, so the grant cannot be limited to one")
     body = GrantIssue(
         grant_id=f"gr_{uuid.uuid4().hex[:20]}",
         request_id=request_id,
         tool=proposal.tool,
         workspace=proposal.workspace,
         agent=None if any_agent else proposal.agent,
+        session_id=session if this_session else None,
         scope=chosen,
         command_prefix=list(prefix) if prefix else default_prefix,
         path_glob=path_glob or default_glob,
@@ -170,7 +175,9 @@ def grant_row(g: GrantInfo) -> Mapping[str, Any]:
     return {
         "id": g.grant_id,
         "approver": g.approver,
-        "scope": f"{g.tool} {scope} ({g.agent or 'any agent'} in {g.workspace})",
+        "scope": f"{g.tool} {scope} ({g.agent or 'any agent'}"
+        + (f", session {g.session_id}" if g.session_id else "")
+        + f" in {g.workspace})",
         "expires": g.expires_at.strftime("%Y-%m-%d %H:%M:%S"),
         "uses": uses,
         "status": g.status,

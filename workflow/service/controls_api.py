@@ -109,6 +109,7 @@ async def issue(ctx: ServiceContext, raw: dict[str, Any], body: GrantIssue) -> B
         "tool": body.tool,
         "workspace": body.workspace,
         "agent": body.agent,
+        "session_id": body.session_id,
         "scope": body.scope.value,
         "command_prefix": json.dumps(body.command_prefix) if body.command_prefix else None,
         "path_glob": body.path_glob,
@@ -207,6 +208,7 @@ async def _check_issue(
         workspace=body.workspace, agent=body.agent, scope=body.scope,
         command_prefix=tuple(body.command_prefix) if body.command_prefix else None,
         path_glob=body.path_glob, expires_at=body.expires_at, max_uses=body.max_uses,
+        session_id=body.session_id,
     )  # fmt: skip
     problem = scope_problem(terms, proposal)
     if problem is not None:

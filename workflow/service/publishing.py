@@ -50,7 +50,9 @@ async def send_events(
 
     Every event carries the service's signature over its subject and payload
     (`ServiceKey.headers`): clients trust an inbox item or a release only when it verifies
-    against the service's public key, so no other NATS client can pass one off as the service's.
+    against the service's public key, so no other NATS client can pass one off as the service's;
+    and its `Nats-Msg-Id` carries a tag of the key (`ServiceKey.message_id`), so no other client
+    can have JetStream drop it by publishing first under its id.
     """
     sent = Sent([], [])
     for event in events:
@@ -58,7 +60,7 @@ async def send_events(
         headers = {
             **(event.headers or {}),
             **signer.headers(event.subject, payload),
-            "Nats-Msg-Id": event.msg_id,
+            "Nats-Msg-Id": signer.message_id(event.msg_id),
         }
         fut = await js.publish_async(event.subject, payload, headers=headers)
         sent.futures.append(fut)

@@ -84,7 +84,17 @@ def _v5(conn: Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
+def _v6(conn: Connection) -> None:
+    # A grant may be limited to one client session (proposal context `session_id`).
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("ALTER TABLE grants ADD COLUMN IF NOT EXISTS session_id VARCHAR(200)"))
+        return
+    columns = {row[1] for row in conn.execute(text("PRAGMA table_info(grants)"))}
+    if "session_id" not in columns:
+        conn.execute(text("ALTER TABLE grants ADD COLUMN session_id VARCHAR(200)"))
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 
 
 async def migrate(engine: AsyncEngine) -> int:
