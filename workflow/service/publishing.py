@@ -77,7 +77,10 @@ CLOCK_SLACK = timedelta(minutes=1)
 
 
 async def to_resend(
-    js: JetStreamContext, events: Sequence[tuple[OutboxEvent, datetime]], now: datetime
+    js: JetStreamContext,
+    events: Sequence[tuple[OutboxEvent, datetime]],
+    now: datetime,
+    signer: ServiceKey,
 ) -> list[OutboxEvent]:
     """Of events that may not have reached JetStream, each with the time it was first sent,
     those to send again: every one still inside the duplicate window (JetStream drops a copy
@@ -94,7 +97,13 @@ async def to_resend(
     stored: set[str] = set()
     for subject, first in since.items():
         stored |= await stored_msg_ids(js, subject, first - CLOCK_SLACK)
-    return young + [event for event, _ in old if event.msg_id not in stored]
+    # Stored under the keyed id the service publishes with (`ServiceKey.message_id`), or under
+    # the plain id by a version that did not key them.
+    return young + [
+        event
+        for event, _ in old
+        if event.msg_id not in stored and signer.message_id(event.msg_id) not in stored
+    ]
 
 
 async def stored_msg_ids(js: JetStreamContext, subject: str, since: datetime) -> set[str]:
