@@ -399,3 +399,28 @@ async def test_a_grant_limited_to_a_session_releases_only_that_sessions_calls(
                               context={"session_id": "s2"})  # fmt: skip
         assert await outcome(h, same) == "released"
         assert await outcome(h, other) == "held"
+
+
+async def test_the_api_backtests_a_policy_over_the_services_store(
+    nats_url: str, tmp_path: Path, database_url: str
+) -> None:
+    async with replicas(nats_url, tmp_path, database_url) as (h,):
+        held = [
+            await propose(
+                h.nc, h.subjects, tool="write_file", arguments={"path": f"{i}.txt"}, workspace=ws
+            )
+            for i, ws in enumerate(["prod", "prod", "default"])
+        ]
+        read = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
+        for pid in held:
+            await h.observer.wait_for("inbox", pid)
+        await h.observer.wait_for("released", read)
+        new = '[workspaces.prod.classes.write_local]\ndecision = "deny"\n'
+        report = await approver(h).backtest(new, since=3600, examples=1)
+        assert report["proposals"] == 4
+        assert report["changes"] == [{"from": "require_approval", "to": "deny", "count": 2}]
+        assert report["tools"] == {"write_file": 2}
+        (example,) = report["examples"]
+        assert len(example["calls"]) == 1
+        with pytest.raises(ApiRefused, match="The policy is not valid"):
+            await approver(h).backtest("[classes.exec]\ndecision = 'sometimes'\n")

@@ -548,6 +548,19 @@ class Approver:
             agent=agent, workspace=workspace, reason=reason,
         )  # fmt: skip
 
+    async def backtest(
+        self, policy: str | Path, *, since: float | timedelta | None = None, examples: int = 3,
+        timeout: float = 120.0,
+    ) -> dict[str, Any]:  # fmt: skip
+        """What `policy` (TOML text or a file) would have decided over the service's stored
+        proposals (of the last `since` seconds): the report `headgate policy backtest --json`
+        prints."""
+        text = policy.read_text(encoding="utf-8") if isinstance(policy, Path) else policy
+        period = timedelta(seconds=since) if isinstance(since, (int, float)) else since
+        return await controls.run_backtest(
+            self.nc, self.subjects, text, since=period, examples=examples, timeout=timeout
+        )
+
     async def freezes(self) -> FreezeReply:
         return await controls.list_freezes(self.nc, self.subjects)
 

@@ -24,6 +24,8 @@ from nats.aio.client import Client as NATS
 from workflow.canonical import SIGNATURE_SCHEME
 from workflow.client import transport
 from workflow.controls import (
+    BacktestQuery,
+    BacktestReply,
     FreezeOrder,
     FreezeReply,
     FreezesQuery,
@@ -157,6 +159,21 @@ async def order_freeze(
         approver=name, nonce=uuid.uuid4().hex, issued_at=now,
     )  # fmt: skip
     return await transport.ask(nc, subjects.api_control("freeze"), signed(key, body), FreezeReply)
+
+
+async def run_backtest(
+    nc: NATS, subjects: Subjects, policy: str, *, since: timedelta | None = None,
+    examples: int = 3, timeout: float = 120.0,
+) -> dict[str, Any]:  # fmt: skip
+    query = BacktestQuery(
+        policy=policy,
+        since_seconds=int(since.total_seconds()) if since is not None else None,
+        examples=examples,
+    )
+    reply = await transport.ask(
+        nc, subjects.api_control("policy.backtest"), query, BacktestReply, timeout
+    )
+    return reply.report
 
 
 async def list_freezes(nc: NATS, subjects: Subjects) -> FreezeReply:
