@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import os
@@ -99,6 +100,7 @@ def _decode_public(public_key: str, letter: str, prefix: int) -> bytes | None:
     return bytes(body[1:])
 
 
+@functools.lru_cache(maxsize=1024)  # the same few approvers sign every decision
 def _verify_key(public_key: str) -> nacl.signing.VerifyKey | None:
     key = decode_user_key(public_key)
     return nacl.signing.VerifyKey(key) if key is not None else None

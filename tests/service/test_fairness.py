@@ -50,14 +50,14 @@ async def test_a_flooding_agent_is_refused_past_its_backlog_while_others_get_thr
 async def test_a_decision_is_applied_before_an_intake_flood_queued_before_it(
     nats_url: str, tmp_path: Path, database_url: str
 ) -> None:
-    """The writer is busy; a flood of reads is queued behind it, then an approval: when the
-    writer frees, the approval is committed before the flood's next batch (the audit chain
+    """The event loop's turn is taken; a flood of reads queues for it, then an approval: when
+    the turn frees, the approval is committed before the flood's first batch (the audit chain
     records the order of commits), and every call still gets its outcome."""
     async with running_service(nats_url, tmp_path, database_url=database_url) as h:
         assert h.service.ctx is not None
         held = await propose(h.nc, h.subjects, tool="write_file", arguments={"path": "a.txt"})
         (item,) = await h.observer.wait_for("inbox", held)
-        gate = h.service.ctx.store.db.gate
+        gate = h.service.ctx.turns
         await gate.acquire()
         try:
             flood = [

@@ -277,7 +277,7 @@ async def test_events_lost_after_the_commit_are_rebuilt_from_the_row_on_redelive
         nats_url, tmp_path, database_url=database_url, retry_base_delay=0.1
     ) as h:
         store = h.service.ctx.store  # type: ignore[union-attr]
-        real_publish = publishing.publish_events
+        real_publish = publishing.send_events
         real_save = store.outbox.save
         publishes = 0
 
@@ -291,7 +291,7 @@ async def test_events_lost_after_the_commit_are_rebuilt_from_the_row_on_redelive
         async def save_failing(*args: Any) -> None:
             raise OSError("disk I/O error")
 
-        monkeypatch.setattr(intake, "publish_events", publish_failing_once)
+        monkeypatch.setattr(intake, "send_events", publish_failing_once)
         monkeypatch.setattr(store.outbox, "save", save_failing)
         pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
         (released,) = await h.observer.wait_for("released", pid, timeout=10)
@@ -310,13 +310,13 @@ async def test_events_that_cannot_be_published_are_kept_in_the_outbox_and_republ
     async with running_service(nats_url, tmp_path, database_url=database_url) as h:
         ctx = h.service.ctx
         assert ctx is not None
-        real_publish = publishing.publish_events
+        real_publish = publishing.send_events
 
         async def publish_failing_once(*args: Any) -> Any:
-            monkeypatch.setattr(intake, "publish_events", real_publish)
+            monkeypatch.setattr(intake, "send_events", real_publish)
             raise TimeoutError("no PubAck")
 
-        monkeypatch.setattr(intake, "publish_events", publish_failing_once)
+        monkeypatch.setattr(intake, "send_events", publish_failing_once)
         intakes = 0
         real_record = ctx.store.proposals.record
 

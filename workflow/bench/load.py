@@ -96,7 +96,8 @@ class Tracker:
 
     relay: bool
     think: float = 0.0
-    pending: dict[str, list[Any]] = field(default_factory=dict)  # pid -> [kind, t_pub, t_inbox]
+    #: pid -> [kind, t_pub, t_inbox, t_decision]
+    pending: dict[str, list[Any]] = field(default_factory=dict)
     samples: dict[str, list[float]] = field(default_factory=dict)
     published: int = 0
     completed: int = 0
@@ -109,7 +110,7 @@ class Tracker:
     window_completed: int = 0
 
     def sent(self, pid: str, kind: str, t: float) -> None:
-        self.pending[pid] = [kind, t, None]
+        self.pending[pid] = [kind, t, None, None]
         self.published += 1
         if self.first_pub is None:
             self.first_pub = t
@@ -131,11 +132,17 @@ class Tracker:
         self._sample("held", t - entry[1])
         return True
 
+    def decided(self, pid: str, t: float) -> None:
+        """The bot approver handed its decision on `pid` to the client at `t`."""
+        entry = self.pending.get(pid)
+        if entry is not None and entry[3] is None:
+            entry[3] = t
+
     def done(self, pid: str, outcome: str, t: float) -> None:
         entry = self.pending.pop(pid, None)
         if entry is None:
             return
-        kind, t_pub, t_inbox = entry
+        kind, t_pub, t_inbox, t_decision = entry
         if self.relay:
             self._sample("relay", t - t_pub)
         else:
@@ -144,8 +151,10 @@ class Tracker:
             if kind == "read":
                 self._sample("read", t - t_pub)
             elif kind == "write":
+                if t_decision is not None:
+                    self._sample("approved", t - t_decision)
                 if t_inbox is not None:
-                    self._sample("approved", t - t_inbox - self.think)
+                    self._sample("approved_from_inbox", t - t_inbox - self.think)
             else:
                 self._sample("denied", t - t_pub)
         self.completed += 1
@@ -172,6 +181,10 @@ class Observer:
         self.relay_prefix = relay_prefix
         self.tracker: Tracker | None = None
         self.bot: BotApprover | None = None
+
+    def decided(self, pid: str, t: float) -> None:
+        if self.tracker is not None:
+            self.tracker.decided(pid, t)
 
     async def subscribe(self, nc: NATS) -> None:
         s = self.subjects
@@ -214,6 +227,8 @@ class BotApprover:
         self.sent = 0
         self.errors = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Told (proposal id, time) as each decision is handed to the client.
+        self.on_sent: Callable[[str, float], None] | None = None
 
     async def on_inbox(self, body: dict[str, Any]) -> None:
         if not is_bench_proposal(str(body.get("proposal_id", ""))):
@@ -237,6 +252,8 @@ class BotApprover:
                 nonce=uuid.uuid4().hex, issued_at=datetime.now(UTC),
             )
         )  # fmt: skip
+        if self.on_sent is not None:
+            self.on_sent(str(body["proposal_id"]), perf_counter())
         fut = await self.js.publish_async(
             self.subjects.decisions(decision.request_id), decision.model_dump_json().encode(),
             headers={"Nats-Msg-Id": f"decision:{decision.nonce}"},

@@ -102,6 +102,9 @@ class BenchConfig:
     batch: int = 256
     keep: bool = False
     intake_processes: int = 1
+    #: Seconds the service keeps decided proposals (`[retention] proposals`); None: its
+    #: default policy.
+    retention: int | None = None
 
 
 @dataclass
@@ -121,6 +124,29 @@ class Rig:
     embedded: EmbeddedNats | None
     tag: str
     phase_no: int = 0
+    database_url: str | None = None
+
+    async def database_mb(self) -> float | None:
+        """The size of the service's database now: SQLite's file with its write-ahead log,
+        or PostgreSQL's `pg_database_size`."""
+        url = self.database_url
+        if url is None:
+            base = self.tmp / "service" / "headgate.db"
+            files = [base, base.with_name(base.name + "-wal")]
+            return round(sum(f.stat().st_size for f in files if f.exists()) / 2**20, 1)
+        if url.startswith("postgresql"):
+            import asyncpg
+
+            try:
+                conn = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql", 1))
+            except Exception:
+                return None
+            try:
+                size = await conn.fetchval("SELECT pg_database_size(current_database())")
+            finally:
+                await conn.close()
+            return round(int(size) / 2**20, 1)
+        return None
 
     def nats_usage(self) -> Usage:
         if self.embedded is None or self.embedded.process is None:
@@ -210,9 +236,12 @@ async def start_rig(config: BenchConfig, reporter: Reporter) -> Rig:
             url = embedded.start()  # on the main thread: the server dies with it
             reporter.say(f"nats-server with JetStream on {url} (store {tmp / 'nats'})")
         data_dir = tmp / "service"
+        policy, approver_key = config.policy, config.approver_key
+        if config.retention is not None:
+            policy, approver_key = retention_policy(tmp, config.retention)
         service = start_service(
             url, data_dir, subjects.prefix, database_url=config.database_url,
-            policy=config.policy, intake_processes=config.intake_processes,
+            policy=policy, intake_processes=config.intake_processes,
         )  # fmt: skip
         children.append(service)
         relay = start_relay(url, tmp, relay_prefix, config.batch)
@@ -221,16 +250,18 @@ async def start_rig(config: BenchConfig, reporter: Reporter) -> Rig:
         obs_nc = await nats.connect(url, name="headgate-bench-observer", max_reconnect_attempts=3)
         await wait_service_ready(nc, service, subjects.api("pending"), 60.0)
         await wait_relay_ready(relay, 30.0)
-        key_path = config.approver_key or data_dir / "approver.seed"
+        key_path = approver_key or data_dir / "approver.seed"
         key = ApproverKey.from_file(key_path)
         bot = BotApprover(nc.jetstream(), subjects, key, config.think)
         observer = Observer(subjects, relay_prefix)
         observer.bot = bot
+        bot.on_sent = observer.decided
         await observer.subscribe(obs_nc)
         await obs_nc.flush()
         reporter.say(f"service pid {service.pid} (prefix {subjects.prefix}), relay pid {relay.pid}")
         return Rig(url, tmp, subjects, relay_prefix, service, relay, nc, obs_nc, observer, bot,
-                   embedded, tag=f"{TAG_PREFIX}{run}")  # fmt: skip
+                   embedded, tag=f"{TAG_PREFIX}{run}",
+                   database_url=config.database_url)  # fmt: skip
     except BaseException:
         stop_all(children)
         if embedded is not None:
@@ -306,6 +337,17 @@ def summarize_rounds(rounds: list[dict[str, Any]], rig_usage: Usage) -> dict[str
     read_p50 = read_lat.get("p50") if read_lat else None
     tp_ratio = ratio(read_tp, relay_tp)
     p50_ratio = ratio(read_p50, relay_p50)
+    # At the mix's maximum: an approval against the reads of the same phase (median of the
+    # rounds' own ratios).
+    approved_ratio = median_of(
+        [
+            ratio(
+                (_lat(r["mix_max"], "approved") or {}).get("p50"),
+                (_lat(r["mix_max"], "read") or {}).get("p50"),
+            )
+            for r in rounds
+        ]
+    )
     return {
         "offered_rate": rate,
         "relay": {
@@ -321,6 +363,9 @@ def summarize_rounds(rounds: list[dict[str, Any]], rig_usage: Usage) -> dict[str
             "mix_throughput": mix_tp,
             "read_latency_ms": read_lat,
             "approved_latency_ms": lat("mix_rate", "approved"),
+            "approved_from_inbox_latency_ms": lat("mix_rate", "approved_from_inbox"),
+            "read_latency_ms_at_mix_max": lat("mix_max", "read"),
+            "approved_latency_ms_at_mix_max": lat("mix_max", "approved"),
             "held_latency_ms": lat("mix_rate", "held"),
             "denied_latency_ms": lat("mix_rate", "denied"),
             "read_latency_ms_at_max": lat("reads_max", "read"),
@@ -337,6 +382,7 @@ def summarize_rounds(rounds: list[dict[str, Any]], rig_usage: Usage) -> dict[str
             "read_throughput": tp_ratio,
             "mix_throughput": ratio(mix_tp, relay_tp),
             "read_p50": p50_ratio,
+            "approved_p50_to_read_p50_at_mix_max": approved_ratio,
             "read_p99": ratio(
                 read_lat.get("p99") if read_lat else None,
                 relay_lat.get("p99") if relay_lat else None,
@@ -345,6 +391,9 @@ def summarize_rounds(rounds: list[dict[str, Any]], rig_usage: Usage) -> dict[str
         "targets": {
             "read_throughput_at_least_half_of_relay": None if tp_ratio is None else tp_ratio >= 0.5,
             "read_p50_at_most_twice_relay": None if p50_ratio is None else p50_ratio <= 2.0,
+            "approved_p50_at_most_twice_read_p50_at_mix_max": None
+            if approved_ratio is None
+            else approved_ratio <= 2.0,
         },
     }
 
@@ -384,6 +433,7 @@ async def soak(rig: Rig, config: BenchConfig, reporter: Reporter) -> dict[str, A
                 "read_ms": summarize(samples.get("read", [])),
                 "approved_ms": summarize(samples.get("approved", [])),
                 "rss_mb": use.rss_mb,
+                "database_mb": await rig.database_mb(),
                 "cpu_s_per_1000": _per_1000(_delta(last_cpu, use.cpu), completed),
                 "outstanding": len(tracker.pending),
             }
@@ -394,7 +444,8 @@ async def soak(rig: Rig, config: BenchConfig, reporter: Reporter) -> dict[str, A
             reporter.say(
                 f"minute {minute:>3}: {row['throughput']:>8}/s  read p50 {read.get('p50')} ms "
                 f"p99 {read.get('p99')} ms  approved p50 {appr.get('p50')} ms  "
-                f"RSS {use.rss_mb} MB  CPU/1000 {row['cpu_s_per_1000']} s"
+                f"RSS {use.rss_mb} MB  database {row['database_mb']} MB  "
+                f"CPU/1000 {row['cpu_s_per_1000']} s"
             )
 
     sampler = asyncio.create_task(sample_minutes())
@@ -424,6 +475,9 @@ async def soak(rig: Rig, config: BenchConfig, reporter: Reporter) -> dict[str, A
             "read_p50_drift": ratio(last["read_ms"]["p50"], first["read_ms"]["p50"]),
             "rss_growth_mb": round(last["rss_mb"] - first["rss_mb"], 1)
             if last["rss_mb"] is not None and first["rss_mb"] is not None else None,
+            "database_mb_last": last["database_mb"],
+            "database_mb_max": max((m["database_mb"] or 0) for m in full) or None,
+            **p99_windows(full),
         }  # fmt: skip
     return {
         "max_throughput": max_tp,
@@ -435,6 +489,48 @@ async def soak(rig: Rig, config: BenchConfig, reporter: Reporter) -> dict[str, A
         "unexpected": tracker.unexpected,
         "verdict": verdict,
     }
+
+
+def p99_windows(minutes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The read p99 early in a soak against the p99 at its end: the median of the per-minute
+    p99s of minutes 2–11 and of the last 10 minutes (on a soak shorter than 21 minutes, of
+    two windows as long as fit after the first minute without overlapping)."""
+    width = min(10, (len(minutes) - 1) // 2)
+    if width < 1:
+        return {}
+    early = [m["read_ms"]["p99"] for m in minutes[1 : 1 + width]]
+    late = [m["read_ms"]["p99"] for m in minutes[-width:]]
+    first, last = median_of(early), median_of(late)
+    return {
+        "p99_window_minutes": width,
+        "read_p99_early_ms": first,
+        "read_p99_late_ms": last,
+        "read_p99_late_to_early": ratio(last, first),
+    }
+
+
+def retention_policy(tmp: Path, seconds: int) -> tuple[Path, Path]:
+    """A policy like the default one, keeping decided proposals and audit records `seconds`
+    (the pruned audit archived in the temporary directory; the pruner runs every 10 s), with
+    an approver key of its own for the bot; returns both files."""
+    key = ApproverKey.generate()
+    key_path = tmp / "bench-approver.seed"
+    key.write(key_path)
+    policy = tmp / "bench-policy.toml"
+    policy.write_text(
+        f"""[retention]
+proposals = {seconds}
+audit = {seconds}
+audit_archive = "{tmp / "audit-archive"}"
+interval = 10
+
+[approvers.bench]
+key = "{key.public_key}"
+roles = ["admin", "approver"]
+workspaces = ["*"]
+"""
+    )
+    return policy, key_path
 
 
 def machine() -> dict[str, Any]:
@@ -474,6 +570,7 @@ async def run_bench(config: BenchConfig, reporter: Reporter | None = None) -> di
             "nats": "external" if config.nats_url else "embedded",
             "warmup": config.warmup,
             "intake_processes": config.intake_processes,
+            "retention_s": config.retention,
         },
     }
     try:

@@ -111,6 +111,13 @@ def bench(
                      "processes (serve --intake-processes); CPU and memory are summed over "
                      "them."),
     ] = 1,
+    retention: Annotated[
+        str | None,
+        typer.Option("--retention", metavar="DURATION", help="Keep decided proposals and audit "
+                     "records this long (e.g. 2m; the service's policy gets `[retention]`, "
+                     "pruned every 10 s, the audit archived in the temporary directory): a "
+                     "soak then shows the database staying bounded. Not with --policy."),
+    ] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the temporary directory.")] = False,
     json_out: JsonOut = False,
 ) -> None:  # fmt: skip
@@ -125,12 +132,22 @@ def bench(
 
     from workflow.bench.load import Mix
     from workflow.bench.runner import BenchConfig, run_bench
+    from workflow.cli.common import fail
+    from workflow.policy.durations import parse_duration
 
+    kept: int | None = None
+    if retention is not None:
+        if policy is not None:
+            fail("--retention writes the service's policy itself: leave out --policy")
+        try:
+            kept = int(parse_duration(retention))
+        except (ValueError, TypeError) as exc:
+            fail(f"--retention: {exc}")
     config = BenchConfig(
         nats_url=nats_url, rounds=rounds, duration=duration, count=count, rate=rate,
         mix=Mix.parse(mix), window=window, think=think, soak_minutes=soak, warmup=warmup,
         database_url=database_url, policy=policy, approver_key=approver_key, keep=keep,
-        intake_processes=intake_processes,
+        intake_processes=intake_processes, retention=kept,
     )  # fmt: skip
     result = asyncio.run(run_bench(config, RichReporter()))
     if json_out:
@@ -181,7 +198,7 @@ def _print_summary(result: dict[str, Any]) -> None:
     lat = Table("latency (ms)", "p50", "p90", "p99", "max", "from → to")
     _lat_row(lat, "bare JetStream relay", relay["latency_ms"], "publish → relayed")
     _lat_row(lat, "Headgate read", hg["read_latency_ms"], "publish → released")
-    _lat_row(lat, "Headgate approved", hg["approved_latency_ms"], "inbox item → released")
+    _lat_row(lat, "Headgate approved", hg["approved_latency_ms"], "decision sent → released")
     _lat_row(lat, "Headgate held", hg["held_latency_ms"], "publish → inbox item")
     _lat_row(lat, "Headgate denied", hg["denied_latency_ms"], "publish → blocked")
     console.print(lat)
@@ -191,6 +208,12 @@ def _print_summary(result: dict[str, Any]) -> None:
         f"{_ok(targets['read_p50_at_most_twice_relay'])}); read throughput × relay: "
         f"[bold]{_fmt(ratios['read_throughput'])}[/] (target ≥ 0.5: "
         f"{_ok(targets['read_throughput_at_least_half_of_relay'])})"
+    )
+    at_max = hg.get("approved_latency_ms_at_mix_max") or {}
+    console.print(
+        f"at the mix's maximum: approved p50 {_fmt(at_max.get('p50'), ' ms')} = "
+        f"[bold]{_fmt(ratios.get('approved_p50_to_read_p50_at_mix_max'))}[/] × the read p50 "
+        f"(target ≤ 2: {_ok(targets.get('approved_p50_at_most_twice_read_p50_at_mix_max'))})"
     )
     console.print(
         f"service peak RSS {_fmt(result.get('service_peak_rss_mb'), ' MB')}, relay peak RSS "
@@ -212,12 +235,13 @@ def _print_soak(result: dict[str, Any]) -> None:
         f"{result['date']}"
     )
     table = Table("minute", "proposals/s", "read p50", "read p99", "approved p50", "RSS MB",
-                  "CPU s/1000", "in flight")  # fmt: skip
+                  "database MB", "CPU s/1000", "in flight")  # fmt: skip
     for row in soak["minutes"]:
         read, appr = row["read_ms"] or {}, row["approved_ms"] or {}
         table.add_row(str(row["minute"]), _fmt(row["throughput"]), _fmt(read.get("p50")),
                       _fmt(read.get("p99")), _fmt(appr.get("p50")), _fmt(row["rss_mb"]),
-                      _fmt(row["cpu_s_per_1000"]), str(row["outstanding"]))  # fmt: skip
+                      _fmt(row.get("database_mb")), _fmt(row["cpu_s_per_1000"]),
+                      str(row["outstanding"]))  # fmt: skip
     console.print(table)
     v = soak["verdict"]
     if v:
@@ -226,3 +250,11 @@ def _print_soak(result: dict[str, Any]) -> None:
             f"(× {v['read_p50_drift']}), RSS {v['rss_first_mb']} → {v['rss_last_mb']} MB "
             f"({v['rss_growth_mb']:+} MB); lost {soak['lost']}, unexpected {soak['unexpected']}"
         )
+        if "read_p99_late_to_early" in v:
+            width = v["p99_window_minutes"]
+            console.print(
+                f"read p99 of the last {width} minutes {_fmt(v['read_p99_late_ms'])} ms against "
+                f"{_fmt(v['read_p99_early_ms'])} ms in minutes 2–{1 + width} "
+                f"(× {_fmt(v['read_p99_late_to_early'])}); database "
+                f"{_fmt(v.get('database_mb_max'), ' MB')} at most"
+            )

@@ -11,7 +11,14 @@ import typer
 from rich.markup import escape
 
 from workflow import datadir
-from workflow.cli.common import DEFAULT_DATA_DIR, DataDir, JsonOut, console, print_json
+from workflow.cli.common import (
+    DEFAULT_DATA_DIR,
+    DataDir,
+    JsonOut,
+    console,
+    err_console,
+    print_json,
+)
 from workflow.errors import ConfigError, describe_invalid
 
 if TYPE_CHECKING:
@@ -230,41 +237,129 @@ def _db_url(database_url: str | None, data_dir: Path) -> str:
     return url
 
 
+ArchiveOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--archive",
+        help="An audit archive or export (JSON Lines) to verify too, against the chain's "
+        "anchor; repeat for consecutive files, oldest first.",
+    ),
+]
+
+
 @audit_app.command("verify")
 def audit_verify(
-    data_dir: DataDir = DEFAULT_DATA_DIR, database_url: DbOpt = None, json_out: JsonOut = False
+    archive: ArchiveOpt = None,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+    database_url: DbOpt = None,
+    json_out: JsonOut = False,
 ) -> None:
-    """Check the hash chain; report the first broken record. Exit 1 when broken."""
+    """Check the hash chain; report the first broken record. Exit 1 when broken.
+
+    After pruning (`[retention] audit`), the stored chain starts at its anchor, which an
+    `audit.pruned` record in the chain confirms; with --archive, the archived records are
+    checked too: they must chain up to the anchor's record and hash."""
     import asyncio
 
+    from workflow.store.archive import read_jsonl
+    from workflow.store.chain import ChainCheck, verify_archive
     from workflow.store.repo import Store
 
-    async def run() -> Any:
+    archived = [row for path in archive or [] for row in read_jsonl(path)]
+
+    async def run() -> tuple[ChainCheck, ChainCheck | None]:
         store = await Store.open(_db_url(database_url, data_dir))
         try:
-            return await store.audit.verify()
+            stored = await store.audit.verify()
+            anchor = await store.audit.anchor()
         finally:
             await store.close()
+        return stored, verify_archive(archived, anchor) if archive else None
 
-    result = asyncio.run(run())
+    result, archived_result = asyncio.run(run())
+    ok = result.ok and (archived_result is None or archived_result.ok)
     if json_out:
-        print_json(
-            {
-                "ok": result.ok,
-                "checked": result.checked,
-                "first_bad_seq": result.first_bad_seq,
-                "problem": result.problem,
+        body: dict[str, Any] = {
+            "ok": ok,
+            "checked": result.checked,
+            "first_bad_seq": result.first_bad_seq,
+            "problem": result.problem,
+            "anchor_seq": result.anchor_seq,
+        }
+        if archived_result is not None:
+            body["archive"] = {
+                "ok": archived_result.ok,
+                "checked": archived_result.checked,
+                "first_bad_seq": archived_result.first_bad_seq,
+                "problem": archived_result.problem,
             }
-        )
-    elif result.ok:
-        console.print(f"[green]audit chain intact[/]: {result.checked} records verified")
+        print_json(body)
     else:
-        console.print(
-            f"[red]audit chain broken[/] at record {result.first_bad_seq}: "
-            f"{result.problem} ({result.checked} records before it verified)"
-        )
-    if not result.ok:
+        if result.ok:
+            start = (
+                f" from the anchor after record {result.anchor_seq}" if result.anchor_seq else ""
+            )
+            console.print(f"[green]audit chain intact[/]: {result.checked} records verified{start}")
+        else:
+            console.print(
+                f"[red]audit chain broken[/] at record {result.first_bad_seq}: "
+                f"{result.problem} ({result.checked} records before it verified)"
+            )
+        if archived_result is not None and archived_result.ok:
+            console.print(
+                f"[green]archive intact[/]: {archived_result.checked} records verified, "
+                "up to the anchor"
+            )
+        elif archived_result is not None:
+            console.print(
+                f"[red]archive broken[/] at record {archived_result.first_bad_seq}: "
+                f"{archived_result.problem}"
+            )
+    if not ok:
         raise typer.Exit(1)
+
+
+@audit_app.command("export")
+def audit_export(
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="The JSON Lines file to write (replaced).")
+    ],
+    after: Annotated[
+        int | None,
+        typer.Option("--after", min=0, help="Only records after this sequence number."),
+    ] = None,
+    through: Annotated[
+        int | None,
+        typer.Option("--through", min=1, help="Only records up to this sequence number."),
+    ] = None,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+    database_url: DbOpt = None,
+) -> None:
+    """Write audit records as JSON Lines (their stored fields, so the hashes can be checked
+    from the file alone with `audit verify --archive`): an archive before records are pruned,
+    or a copy for another system."""
+    import asyncio
+
+    from workflow.store.archive import write_jsonl
+    from workflow.store.repo import Store
+
+    async def run() -> int:
+        store = await Store.open(_db_url(database_url, data_dir))
+        try:
+            start = after if after is not None else (await store.audit.anchor())[0]
+            rows = [
+                r
+                for r in await store.audit.rows(after_seq=start)
+                if through is None or r.seq <= through
+            ]
+        finally:
+            await store.close()
+        return await asyncio.to_thread(write_jsonl, out, rows)
+
+    if not out.parent.is_dir():
+        raise ConfigError(f"cannot write {out}: the directory {out.parent} does not exist")
+    written = asyncio.run(run())
+    err_console.print(f"wrote {written} audit records to {out}", highlight=False)
 
 
 @audit_app.command("tail")

@@ -306,7 +306,7 @@ class Approver:
         config = ConsumerConfig(
             name=self.consumer, durable_name=self.consumer, deliver_policy=DeliverPolicy.ALL,
             ack_policy=AckPolicy.EXPLICIT, ack_wait=INBOX_ACK_WAIT, max_deliver=-1,
-            max_ack_pending=10_000,
+            max_ack_pending=10_000, inactive_threshold=transport.DURABLE_INACTIVE_THRESHOLD,
             filter_subject=filters[0] if len(filters) == 1 else None,
             filter_subjects=filters if len(filters) > 1 else None,
         )  # fmt: skip

@@ -29,6 +29,12 @@ T = TypeVar("T")
 #: Seconds a JetStream publish is retried while the server cannot confirm it (restarting).
 PUBLISH_TIMEOUT = 15.0
 
+#: An agent's or approver's durable consumer that no client has read for this long is removed
+#: by the server, so abandoned names do not pile up: it is the inbox and results streams' age
+#: limit (7 days), past which nothing it would have delivered is left. A client that comes back
+#: later creates it again and reads whatever the stream still holds.
+DURABLE_INACTIVE_THRESHOLD = 7 * 24 * 3600.0
+
 
 async def publish(
     nc: NATS, subject: str, body: BaseModel, msg_id: str, *, timeout: float = PUBLISH_TIMEOUT

@@ -83,6 +83,7 @@ def consumer_config(subjects: Subjects, agent: str, ack_wait: float = ACK_WAIT) 
         ack_wait=ack_wait,
         max_deliver=-1,  # a release is never dropped by the server
         max_ack_pending=1000,
+        inactive_threshold=transport.DURABLE_INACTIVE_THRESHOLD,
     )
 
 

@@ -28,6 +28,7 @@ from workflow.messages import (
 from workflow.notify.config import NotifyConfig
 from workflow.policy.durations import Duration
 from workflow.policy.requirement import ApprovalSpec
+from workflow.policy.retention import RetentionSpec
 from workflow.policy.schema import (
     DEFAULT_CLASS_DECISIONS,
     Approver,
@@ -81,6 +82,9 @@ class Policy(Strict):
     classifier: ClassifierTables = Field(default_factory=ClassifierTables)
     notify: NotifyConfig = Field(
         default_factory=NotifyConfig, description="Notification channels and routes."
+    )
+    retention: RetentionSpec = Field(
+        default_factory=RetentionSpec, description="How long decided proposals and audit are kept."
     )
     grants: GrantLimits = Field(
         default_factory=GrantLimits, description="Approvers' grants: the longest they last."

@@ -2,8 +2,10 @@
 
 The decisions and cancels of one fetched batch are planned one after the other (each reads its
 request and computes its step) and committed together in one transaction, as the intake does
-with its batches; the writer serves that transaction before any intake batch waiting for it
-(`Database.transact(urgent=True)`): a person's approval does not queue behind a flood of reads.
+with its batches. A person's approval does not queue behind a flood of reads: the collector's
+batch takes the event loop's next turn before the intake's (`ServiceContext.turns`), and the
+writer serves its transaction before any intake batch waiting for it
+(`Database.transact(urgent=True)`).
 Two messages of one batch that touch the same request, nonce or passkey are not planned on
 stale reads: the batch so far is committed first. Each step keeps its optimistic version check:
 when another replica moved one of the requests meanwhile, the batch's transaction commits
@@ -40,7 +42,7 @@ from workflow.approvals import (
 )
 from workflow.canonical import scheme_problem
 from workflow.classify.engine import classify
-from workflow.effects import AuditEntry, DecisionRecord, OutboxEvent, StepWrite
+from workflow.effects import AuditEntry, DecisionRecord, OutboxEvent, StepWrite, StoredIntake
 from workflow.errors import describe_invalid
 from workflow.messages import (
     ApprovalDecision,
@@ -54,7 +56,7 @@ from workflow.messages import (
 from workflow.outcomes import Outcome, RequestState
 from workflow.passkeys import Passkey, proof, verify_decision_at
 from workflow.policy.engine import evaluate, recheck
-from workflow.policy.freeze import freezing
+from workflow.policy.freeze import FreezeTerms, freezing
 from workflow.policy.model import Policy
 from workflow.routing import SERVICE_ACTOR, closing_effects, reopened_audit
 from workflow.service.context import ServiceContext
@@ -97,6 +99,19 @@ class Planned:
 Plan = Callable[[Msg], Awaitable[Planned]]
 
 
+@dataclass(slots=True)
+class BatchReads:
+    """What the decisions of one batch read, fetched for all of them at once (three reads
+    instead of four or five per decision). Valid until the batch's first commit."""
+
+    requests: dict[str, tuple[HeldRequest, int]]
+    request_ids: set[str]
+    nonces: dict[str, str | None]
+    nonce_keys: set[str]
+    parts: dict[str, StoredIntake]
+    freezes: list[FreezeTerms]
+
+
 @dataclass(frozen=True, slots=True)
 class Edit:
     """A call as an approver edited it, with the classification and verdict it gets."""
@@ -134,11 +149,30 @@ class Collector:
     def __init__(self, ctx: ServiceContext):
         self.ctx = ctx
         self.settle = Settle(STAGE, ctx.dead, ctx.retry, ctx.metrics)
+        self._reads: BatchReads | None = None
 
     async def __call__(self, msgs: Sequence[Msg]) -> None:
+        async with self.ctx.turns.hold(urgent=True):
+            sent = await self._apply(msgs)
+        for msg, published in sent:
+            try:
+                ids = await published.confirmed()
+            except Exception as exc:
+                # Committed: the redelivered decision is recognised and re-publishes its events.
+                await self._failed(msg, f"publishing its events failed: {exc!r}")
+                continue
+            await self.settle.ack(msg)
+            self.ctx.marker.add(ids)
+
+    async def _apply(self, msgs: Sequence[Msg]) -> list[tuple[Msg, Sent]]:
+        """Plan, commit and send the batch; returns the messages whose events are on their
+        way (the others were settled)."""
         batch: list[tuple[Msg, Planned]] = []
         keys: set[str] = set()
         sent: list[tuple[Msg, Sent]] = []
+        # A failure here (the database away) fails the batch: its messages are retried.
+        self._reads = None
+        self._reads = await self._prefetch(msgs)
         for msg in msgs:
             planned = await self._planned(msg)
             if planned is not None and planned.keys & keys:
@@ -151,15 +185,48 @@ class Collector:
                 batch.append((msg, planned))
                 keys |= planned.keys
         sent += await self._commit(batch)
-        for msg, published in sent:
-            try:
-                ids = await published.confirmed()
-            except Exception as exc:
-                # Committed: the redelivered decision is recognised and re-publishes its events.
-                await self._failed(msg, f"publishing its events failed: {exc!r}")
+        return sent
+
+    async def _prefetch(self, msgs: Sequence[Msg]) -> BatchReads | None:
+        """Read the requests, nonces and stored proposals the batch's decisions need."""
+        store = self.ctx.store
+        ids: list[str] = []
+        nonces: list[str] = []
+        for msg in msgs:
+            token = self.ctx.subjects.token_after(msg.subject, "decisions")
+            if token is None:
                 continue
-            await self.settle.ack(msg)
-            self.ctx.marker.add(ids)
+            ids.append(token)
+            try:
+                nonce = json.loads(msg.data).get("nonce")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(nonce, str):
+                nonces.append(nonce)
+        if not ids:
+            return None
+        requests = await store.requests.load_many(ids)
+        parts = await store.proposals.stored([held.proposal_id for held, _ in requests.values()])
+        return BatchReads(
+            requests=requests,
+            request_ids=set(ids),
+            nonces=await store.requests.nonce_signatures(nonces),
+            nonce_keys=set(nonces),
+            parts={p.id: p for p in parts},
+            freezes=await store.grants.freezes(),
+        )
+
+    async def _load(self, request_id: str) -> tuple[HeldRequest, int] | None:
+        reads = self._reads
+        if reads is not None and request_id in reads.request_ids:
+            return reads.requests.get(request_id)
+        return await self.ctx.store.requests.load(request_id)
+
+    async def _nonce(self, nonce: str) -> tuple[bool, str | None]:
+        reads = self._reads
+        if reads is not None and nonce in reads.nonce_keys:
+            return nonce in reads.nonces, reads.nonces.get(nonce)
+        return await self.ctx.store.requests.nonce_signature(nonce)
 
     def _plan_for(self, msg: Msg) -> Plan:
         if self.ctx.subjects.token_after(msg.subject, "cancel") is not None:
@@ -180,6 +247,7 @@ class Collector:
     async def _commit(self, batch: list[tuple[Msg, Planned]]) -> list[tuple[Msg, Sent]]:
         """Commit a batch's plans in one transaction, run what follows each commit, send the
         events; returns the messages whose events were sent."""
+        self._reads = None  # what it read changes now
         if not batch:
             return []
         writes = [(p.write, p.now) for _, p in batch if p.write is not None]
@@ -249,7 +317,13 @@ class Collector:
     async def _parts(
         self, proposal_id: str
     ) -> tuple[Proposal, Classification, Verdict, dict[str, str]]:
-        parts = await self.ctx.store.proposals.parts(proposal_id)
+        stored = self._reads.parts.get(proposal_id) if self._reads is not None else None
+        if stored is not None:
+            parts: tuple[str, str, str, dict[str, str]] | None = (
+                stored.payload, stored.classification, stored.verdict, stored.trace or {}
+            )  # fmt: skip
+        else:
+            parts = await self.ctx.store.proposals.parts(proposal_id)
         if parts is None:
             raise RuntimeError(f"request without a stored proposal {proposal_id}")
         payload, classification, verdict, trace = parts
@@ -281,13 +355,13 @@ class Collector:
             return await self._unapplied(
                 decision, f"The decision for {decision.request_id} arrived on {msg.subject}."
             )
-        loaded = await ctx.store.requests.load(decision.request_id)
+        loaded = await self._load(decision.request_id)
         if loaded is None:
             return await self._unapplied(
                 decision, f"There is no approval request {decision.request_id}."
             )
         held, version = loaded
-        seen, signature = await ctx.store.requests.nonce_signature(decision.nonce)
+        seen, signature = await self._nonce(decision.nonce)
         stored_signature = _stored_signature(decision)
         keys = frozenset(
             (f"request:{held.request_id}", f"nonce:{decision.nonce}")
@@ -446,7 +520,10 @@ class Collector:
         """The decision applied to the request (as an edit when it carries edited arguments)."""
         ctx = self.ctx
         # A request under a freeze stays pending: its approvals wait for the thaw.
-        freeze = freezing(held.agent, held.workspace, await ctx.store.grants.freezes(), read=False)
+        freezes = (
+            self._reads.freezes if self._reads is not None else await ctx.store.grants.freezes()
+        )
+        freeze = freezing(held.agent, held.workspace, freezes, read=False)
         frozen = f"Frozen: {freeze.describe()}." if freeze is not None else None
         if decision.edited_arguments is None:
             return apply_decision(held, decision, check, now=now, frozen=frozen), None
@@ -542,7 +619,7 @@ class Collector:
         """A decision that does not reach any request: recorded, and it changes nothing."""
         ctx = self.ctx
         now = ctx.now()
-        seen, _ = await ctx.store.requests.nonce_signature(decision.nonce)
+        seen, _ = await self._nonce(decision.nonce)
         write = StepWrite(request_id=decision.request_id, expected_version=None)
         if not seen:
             write.decision = DecisionRecord(

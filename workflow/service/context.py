@@ -17,6 +17,7 @@ from workflow.service.metrics import Metrics
 from workflow.service.publishing import PublishedMarker, dead_letter_event, publish_events
 from workflow.service.stage import DEFAULT_RETRY, RetryPolicy
 from workflow.signing import ServiceKey
+from workflow.store.priority import PriorityLock
 from workflow.store.repo import Store
 from workflow.subjects import Subjects
 
@@ -43,6 +44,10 @@ class ServiceContext:
     web_url: str | None = None
     #: A test hands in its own clock to move past a TTL instead of sleeping through it.
     clock: Clock = utc_now
+    #: The stages' turns at the event loop (one core): the intake and the collector hold it
+    #: while they compute, commit and send a batch (not while they wait for PubAcks); when
+    #: both have a batch, the collector's (urgent: people wait for their approvals) goes first.
+    turns: PriorityLock = field(default_factory=PriorityLock)
     #: Signs every event the service publishes and every API answer (`serve` loads it from
     #: the data dir or `--service-seed`; clients trust events that verify against it).
     signer: ServiceKey = field(default_factory=ServiceKey.generate)

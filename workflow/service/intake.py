@@ -29,7 +29,7 @@ from workflow.policy.grants import GrantTerms, grant_release
 from workflow.routing import SERVICE_ACTOR, intake_events, invalid_answer, route
 from workflow.service.context import ServiceContext
 from workflow.service.model_check import model_check
-from workflow.service.publishing import publish_events, to_resend
+from workflow.service.publishing import Sent, publish_events, send_events, to_resend
 from workflow.service.pull import attempts
 from workflow.service.stage import Settle, Unprocessable
 from workflow.service.tracing import span_headers, trace_headers
@@ -160,14 +160,20 @@ class Intake:
             for msg, *_ in evaluated:
                 await self.settle.failed(msg, f"reading freezes and grants failed: {exc}")
             evaluated = []
-        for msg, proposal, classification, verdict, audit in evaluated:
-            try:
-                good.append((msg, self._route(msg, proposal, classification, verdict, audit, now)))
-            except Exception as exc:
-                log.exception("intake: unexpected error on %s", msg.subject)
-                await self.settle.failed(msg, f"internal error: {exc!r}")
-        good, events = await self._commit(good, bad, now)
-        if not await self._publish(good, events, now):
+        # Routing, the commit and sending the events take the event loop's turn, after any
+        # batch of decisions waiting for it; the PubAcks are awaited after the turn.
+        async with self.ctx.turns.hold():
+            for msg, proposal, classification, verdict, audit in evaluated:
+                try:
+                    good.append(
+                        (msg, self._route(msg, proposal, classification, verdict, audit, now))
+                    )
+                except Exception as exc:
+                    log.exception("intake: unexpected error on %s", msg.subject)
+                    await self.settle.failed(msg, f"internal error: {exc!r}")
+            good, events = await self._commit(good, bad, now)
+            sending = await self._send(events)
+        if not await self._publish(good, events, sending, now):
             good = []
         for msg, _ in good:
             await self.settle.ack(msg)
@@ -237,10 +243,21 @@ class Intake:
             out.append((msg, proposal, classification, verdict, audit))
         return out
 
+    async def _send(self, events: list[OutboxEvent]) -> Sent | Exception:
+        """Hand the events to JetStream (PubAcks not awaited); the error if that failed."""
+        try:
+            return await send_events(self.ctx.js, events, self.ctx.signer)
+        except Exception as exc:
+            return exc
+
     async def _publish(
-        self, good: Sequence[tuple[Msg, IntakeRecord]], events: list[OutboxEvent], now: datetime
+        self,
+        good: Sequence[tuple[Msg, IntakeRecord]],
+        events: list[OutboxEvent],
+        sending: Sent | Exception,
+        now: datetime,
     ) -> bool:
-        """Publish the batch's events and wait for JetStream to confirm them.
+        """Wait for JetStream to confirm the batch's events (`sending`).
 
         No outbox row is written on this path: the proposals are acked only after the PubAcks,
         so until then their own JetStream messages stand in for it (a redelivery finds the rows
@@ -249,7 +266,9 @@ class Intake:
         redelivered. Returns whether the messages may be acked.
         """
         try:
-            await publish_events(self.ctx.js, events, self.ctx.signer)
+            if isinstance(sending, Exception):
+                raise sending
+            await sending.confirmed()
             return True
         except Exception as exc:
             error = f"publishing results failed: {exc}"

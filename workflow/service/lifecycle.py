@@ -32,6 +32,7 @@ from workflow.service.embedded_access import prepare_access
 from workflow.service.intake import Intake
 from workflow.service.metrics import HealthServer
 from workflow.service.outreach import Outreach
+from workflow.service.retention import pruner
 from workflow.service.settings import Settings, load_settings_policy, protect_data_dir
 from workflow.service.stage import PullStage, RetryPolicy
 from workflow.service.streams import (
@@ -192,7 +193,9 @@ class Service:
         try:
             self._nkey = nkey
             nc = await connect_nats(s, self.url, nkey=nkey)
-            store = await Store.open(s.db_url)
+            # PostgreSQL connections for what runs at once: an intake worker's stage (and a
+            # spare), or the main process's stages, periodic tasks, API and web inbox.
+            store = await Store.open(s.db_url, pool_size=2 if s.intake_worker else 8)
         except BaseException:
             self._stop_embedded()
             raise
@@ -220,9 +223,10 @@ class Service:
         intake = Intake(ctx)
         self.stages = [
             PullStage(
-                nc, js, consumers["intake"], intake, batch=s.batch, metrics=m, settle=intake.settle
+                nc, js, consumers["intake"], intake, batch=s.batch, metrics=m,
+                settle=intake.settle,
             )
-        ]
+        ]  # fmt: skip
         if not s.intake_worker:
             await store.audit.append(
                 [AuditEntry("service.start", "headgate", {"policy_revision": policy.revision})],
@@ -251,6 +255,7 @@ class Service:
                 "republisher",
                 lambda _: every(s.republish_interval, "republish", ctx, self.stopping),
             )
+            self.supervisor.start("pruner", lambda _: pruner(ctx, s.data_dir, self.stopping))
         if s.policy_path is not None:
             self._policy_mtime = s.policy_path.stat().st_mtime
             self.supervisor.start("policy watcher", lambda _: self._watch_policy())

@@ -12,9 +12,17 @@ from sqlalchemy import Connection, select, update
 from workflow.effects import AuditEntry
 from workflow.messages import canonical_json
 from workflow.store import fastpath, schema
-from workflow.store.chain import GENESIS, ChainCheck, chain_hash, verify_chain
+from workflow.store.chain import (
+    GENESIS,
+    PRUNED_KIND,
+    ChainCheck,
+    chain_hash,
+    pruned_anchor,
+    verify_chain,
+)
 from workflow.store.engine import Database
-from workflow.store.tables import AUDIT, AUDIT_HEAD
+from workflow.store.pgpath import Insert
+from workflow.store.tables import AUDIT, AUDIT_ANCHOR, AUDIT_HEAD
 
 #: The length of the `actor` column.
 ACTOR_LENGTH = 200
@@ -44,9 +52,23 @@ class AuditLog:
     def __init__(self, db: Database):
         self.db = db
 
-    def append_in(self, conn: Connection, entries: Sequence[AuditEntry], now: datetime) -> None:
-        """Append `entries` inside the caller's transaction, chained after the head."""
+    def append_in(
+        self,
+        conn: Connection,
+        entries: Sequence[AuditEntry],
+        now: datetime,
+        also: Sequence[Insert] = (),
+    ) -> None:
+        """Append `entries` inside the caller's transaction, chained after the head; insert
+        the rows of `also` with them (on PostgreSQL all in one statement with the head's
+        move: one round trip)."""
+        pg = self.db.pg_inserts
         if not entries:
+            if pg is not None:
+                pg.run(conn, also)
+            else:
+                for insert in also:
+                    self.db.insert_rows(conn, insert.table, insert.rows, ignore=insert.ignore)
             return
         if self.db.fast:  # the write lock already serialises appends
             seq, prev = fastpath.audit_head(conn)
@@ -77,6 +99,11 @@ class AuditLog:
                 )
             )
             prev = digest
+        if pg is not None:
+            pg.run(conn, [*also, Insert(AUDIT, rows)], head=(seq, prev))
+            return
+        for insert in also:
+            self.db.insert_rows(conn, insert.table, insert.rows, ignore=insert.ignore)
         self.db.insert_rows(conn, AUDIT, rows)
         if self.db.fast:
             fastpath.move_audit_head(conn, seq, prev)
@@ -96,32 +123,68 @@ class AuditLog:
         # (SQLite keeps a string longer than its column's declared length).
         return [schema.AuditRow.model_construct(**r._mapping) for r in rows]
 
+    async def anchor(self) -> tuple[int, str]:
+        """Where the stored chain starts: the last pruned record's sequence number and hash
+        (0 and the genesis hash when nothing was pruned)."""
+        async with self.db.engine.connect() as conn:
+            row = (await conn.execute(select(AUDIT_ANCHOR.c.seq, AUDIT_ANCHOR.c.hash))).first()
+        return (int(row.seq), str(row.hash)) if row is not None else (0, GENESIS)
+
     async def verify(self, batch: int = 5000) -> ChainCheck:
-        """Check the whole chain in batches, and that the head row matches its end."""
-        checked, prev, after = 0, GENESIS, 0
+        """Check the whole stored chain in batches, from its anchor: that the head row matches
+        its end and, once records were pruned, that an `audit.pruned` record in the chain
+        confirms the anchor (records removed from the start are detected, not mistaken for a
+        pruning)."""
+        anchor_seq, anchor_hash = await self.anchor()
+        checked, prev, after = 0, anchor_hash, anchor_seq
+        confirmed = anchor_seq == 0 and anchor_hash == GENESIS
+
+        def fail(result: ChainCheck) -> ChainCheck:
+            return ChainCheck(
+                False, result.checked, result.first_bad_seq, result.problem, anchor_seq
+            )
+
         while True:
             rows = await self.rows(after_seq=after, limit=batch)
             if not rows:
                 break
-            result = (
-                verify_chain(rows, start_hash=prev)
-                if after == 0 or rows[0].seq == after + 1
-                else ChainCheck(False, 0, rows[0].seq, f"record {after + 1} is missing.")
-            )
-            if not result.ok:
-                return ChainCheck(
-                    False, checked + result.checked, result.first_bad_seq, result.problem
+            if rows[0].seq != after + 1:
+                return fail(
+                    ChainCheck(False, checked, after + 1, f"record {after + 1} is missing.")
                 )
+            result = verify_chain(rows, start_hash=prev)
+            if not result.ok:
+                return fail(
+                    ChainCheck(
+                        False, checked + result.checked, result.first_bad_seq, result.problem
+                    )
+                )
+            confirmed = confirmed or any(
+                r.kind == PRUNED_KIND and pruned_anchor(r.data) == (anchor_seq, anchor_hash)
+                for r in rows
+            )
             checked += result.checked
             prev, after = rows[-1].hash, rows[-1].seq
         async with self.db.engine.connect() as conn:
             head = (await conn.execute(select(AUDIT_HEAD).where(AUDIT_HEAD.c.id == 1))).one()
         if int(head.seq) != after or head.hash != prev:
-            return ChainCheck(
-                False,
-                checked,
-                after + 1,
-                f"the chain ends at record {after} but the head says {head.seq}: records were "
-                "removed from the end.",
+            return fail(
+                ChainCheck(
+                    False,
+                    checked,
+                    after + 1,
+                    f"the chain ends at record {after} but the head says {head.seq}: records "
+                    "were removed from the end.",
+                )
             )
-        return ChainCheck(True, checked)
+        if not confirmed:
+            return fail(
+                ChainCheck(
+                    False,
+                    checked,
+                    anchor_seq + 1,
+                    f"the chain starts after record {anchor_seq}, but no {PRUNED_KIND} record "
+                    "in it confirms that anchor: records were removed from its start.",
+                )
+            )
+        return ChainCheck(True, checked, anchor_seq=anchor_seq)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -38,12 +39,18 @@ def chain_hash(
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+#: The kind of the record each pruning appends: it confirms the anchor from within the chain.
+PRUNED_KIND = "audit.pruned"
+
+
 @dataclass(frozen=True, slots=True)
 class ChainCheck:
     ok: bool
     checked: int
     first_bad_seq: int | None = None
     problem: str = ""
+    #: The chain was checked from this anchor (the last pruned record); 0: from its genesis.
+    anchor_seq: int = 0
 
 
 def verify_chain(records: Iterable[ChainedRecord], start_hash: str = GENESIS) -> ChainCheck:
@@ -78,3 +85,44 @@ def verify_chain(records: Iterable[ChainedRecord], start_hash: str = GENESIS) ->
         expected_seq = rec.seq + 1
         checked += 1
     return ChainCheck(True, checked)
+
+
+def pruned_anchor(data: str) -> tuple[int, str] | None:
+    """The anchor (through_seq, through_hash) an `audit.pruned` record's data names."""
+    try:
+        got = json.loads(data)
+        return int(got["through_seq"]), str(got["through_hash"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def verify_archive(
+    records: Iterable[ChainedRecord], anchor: tuple[int, str] | None = None
+) -> ChainCheck:
+    """Check archived records (one or several consecutive archives, in order): they chain
+    from their first record's predecessor (the genesis when they start at record 1), and the
+    record at `anchor`'s sequence number, when they hold it, has the anchor's hash."""
+    listed = list(records)
+    if not listed:
+        return ChainCheck(True, 0)
+    first = listed[0]
+    if first.seq == 1 and first.prev_hash != GENESIS:
+        return ChainCheck(False, 0, 1, "record 1 does not start from the genesis hash.")
+    result = verify_chain(listed, start_hash=first.prev_hash)
+    if not result.ok or anchor is None:
+        return result
+    seq, digest = anchor
+    at_anchor = [r for r in listed if r.seq == seq]
+    if at_anchor and at_anchor[0].hash != digest:
+        return ChainCheck(
+            False, result.checked, seq, f"record {seq} does not have the anchor's hash."
+        )
+    if not at_anchor and listed[-1].seq < seq:
+        return ChainCheck(
+            False,
+            result.checked,
+            listed[-1].seq + 1,
+            f"the archive ends at record {listed[-1].seq}, before the anchor ({seq}): records "
+            f"{listed[-1].seq + 1}–{seq} are in no archive given.",
+        )
+    return result

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from workflow.errors import ConfigError
 from workflow.store.fastpath import SqliteInserts
 from workflow.store.migrations import migrate
+from workflow.store.pgpath import PgInserts
 from workflow.store.priority import PriorityLock
 from workflow.store.sqlite_writer import SqliteWriteLock, WalCheckpointer
 
@@ -40,7 +41,10 @@ def create_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:
                     "PostgreSQL URLs must use the asyncpg driver: postgresql+asyncpg://…",
                     key="database-url",
                 )
-            return create_async_engine(url, pool_size=pool_size, pool_pre_ping=True)
+            # No pre-ping: it is one more round trip per transaction and per read. A connection
+            # the server dropped fails its transaction once (the stage retries it) and is
+            # replaced by the pool.
+            return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size)
     except ArgumentError as exc:
         raise ConfigError(f"invalid database URL: {exc}", key="database-url") from exc
     except ModuleNotFoundError as exc:
@@ -143,13 +147,15 @@ class Database:
         #: chain head row serialises them in the server anyway; here an approval step does
         #: not wait behind the intake batches queued before it). SQLite: the write lock's own.
         self.gate = self._write_lock.local if self._write_lock is not None else PriorityLock()
+        #: PostgreSQL: a transaction's inserts in one statement (see `pgpath`); None on SQLite.
+        self.pg_inserts = PgInserts() if self.dialect == "postgresql" else None
         #: SQLite: the DB-API inserts (see `fastpath`); None on PostgreSQL.
         self.sqlite_inserts = SqliteInserts() if self.dialect == "sqlite" else None
         self._core_inserts: dict[tuple[str, bool], Any] = {}
 
     @classmethod
-    async def open(cls, url: str) -> Database:
-        db = cls(create_engine(url))
+    async def open(cls, url: str, *, pool_size: int = 5) -> Database:
+        db = cls(create_engine(url, pool_size=pool_size))
         await migrate(db.engine)
         return db
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any, NamedTuple
 
 from sqlalchemy import Boolean, Connection, Table
@@ -156,3 +157,33 @@ def proposal_digests(conn: Connection, ids: Sequence[str]) -> dict[str, str]:
 def mark_published(conn: Connection, msg_ids: Sequence[str]) -> None:
     for chunk, marks in in_chunks(msg_ids):
         dbapi(conn).execute(f"UPDATE outbox SET published = 1 WHERE msg_id IN ({marks})", chunk)
+
+
+def existing_keys(conn: Connection, table: str, column: str, keys: Sequence[str]) -> set[str]:
+    """Which of `keys` are stored in `table.column` (a column of the store's own schema)."""
+    found: set[str] = set()
+    for chunk, marks in in_chunks(keys):
+        sql = f"SELECT {column} FROM {table} WHERE {column} IN ({marks})"
+        found.update(row[0] for row in dbapi(conn).execute(sql, chunk))
+    return found
+
+
+def update_requests(
+    conn: Connection, columns: Sequence[str], rows: Sequence[dict[str, Any]]
+) -> int:
+    """`UPDATE requests SET <columns> WHERE request_id = b_request_id AND version = b_version`
+    for each row (its `b_*` keys are the condition); returns how many rows changed."""
+    sets = [c for c in columns if not c.startswith("b_")]
+    sql = (
+        f"UPDATE requests SET {', '.join(f'{c} = ?' for c in sets)} "
+        "WHERE request_id = ? AND version = ?"
+    )
+    params = [
+        tuple(
+            sqlite_datetime(v) if isinstance(v, datetime) else str(v) if isinstance(v, Enum) else v
+            for v in (*(row[c] for c in sets), row["b_request_id"], row["b_version"])
+        )
+        for row in rows
+    ]
+    cursor = dbapi(conn).executemany(sql, params)
+    return int(cursor.rowcount)

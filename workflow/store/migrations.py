@@ -94,7 +94,18 @@ def _v6(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE grants ADD COLUMN session_id VARCHAR(200)"))
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
+def _v7(conn: Connection) -> None:
+    # Retention: the anchor the audit chain starts from once its oldest records are pruned,
+    # and the index the pruner finds decided proposals by (an append-ordered time: inserts
+    # land on the index's last page).
+    anchor = schema.AuditAnchorRow.__table__  # type: ignore[attr-defined]
+    anchor.create(conn, checkfirst=True)
+    if conn.execute(select(anchor.c.id)).first() is None:
+        conn.execute(anchor.insert().values(id=1, seq=0, hash="0" * 64))
+    conn.execute(text("CREATE INDEX IF NOT EXISTS ix_outcomes_at ON outcomes (at)"))
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 
 
 async def migrate(engine: AsyncEngine) -> int:

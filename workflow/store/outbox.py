@@ -37,19 +37,7 @@ class Outbox:
     def insert_in(self, conn: Connection, events: Sequence[OutboxEvent], now: datetime) -> None:
         """Keep `events` (unpublished) inside the caller's transaction; a msg id already held
         is left as it is."""
-        rows = [
-            OutboxRecord(
-                e.msg_id,
-                e.subject,
-                e.payload,
-                json.dumps(e.headers) if e.headers else None,
-                e.proposal_id,
-                False,
-                now,
-            )
-            for e in events
-        ]
-        self.db.insert_rows(conn, OUTBOX, rows, ignore=("msg_id",))
+        self.db.insert_rows(conn, OUTBOX, records(events, now), ignore=IGNORE)
 
     async def save(self, events: Sequence[OutboxEvent], now: datetime) -> None:
         """Keep events in the outbox for the republisher (their publish failed)."""
@@ -111,6 +99,26 @@ class Outbox:
                 .limit(limit)
             )
             return [(_event(r), r.created_at) for r in rows]
+
+
+#: The outbox key: a msg id already held is left as it is.
+IGNORE = ("msg_id",)
+
+
+def records(events: Sequence[OutboxEvent], now: datetime) -> list[OutboxRecord]:
+    """The outbox rows of `events`, unpublished, created `now`."""
+    return [
+        OutboxRecord(
+            e.msg_id,
+            e.subject,
+            e.payload,
+            json.dumps(e.headers) if e.headers else None,
+            e.proposal_id,
+            False,
+            now,
+        )
+        for e in events
+    ]
 
 
 def _event(row: Any) -> OutboxEvent:

@@ -15,6 +15,7 @@ from workflow.effects import IntakeRecord, StoredIntake
 from workflow.store import fastpath
 from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
+from workflow.store.pgpath import Insert
 from workflow.store.tables import AUDIT, DECISIONS, OUTCOMES, PROPOSALS, REQUESTS
 
 _STORED = select(
@@ -77,9 +78,11 @@ class Proposals:
                 )
                 existing = {row.id: row.digest for row in rows}
         fresh = [r for r in unique.values() if r.id in new]
-        self.db.insert_rows(conn, REQUESTS, [r.request for r in fresh if r.request is not None])
-        self.db.insert_rows(conn, OUTCOMES, [r.outcome for r in fresh if r.outcome is not None])
-        self.audit.append_in(conn, [a for r in fresh for a in r.audit], now)
+        inserts = [
+            Insert(REQUESTS, [r.request for r in fresh if r.request is not None]),
+            Insert(OUTCOMES, [r.outcome for r in fresh if r.outcome is not None]),
+        ]
+        self.audit.append_in(conn, [a for r in fresh for a in r.audit], now, also=inserts)
         return IntakeResult(new=new, existing_digests=existing)
 
     async def stored(self, proposal_ids: Iterable[str]) -> list[StoredIntake]:

@@ -9,6 +9,7 @@
 | `executions` | `store.executions` | agents' execution reports |
 | `passkeys` | `store.passkeys` | approvers' passkeys and the invitations that register them |
 | `escalations` | `store.escalations` | how far each request climbed its escalation ladder |
+| `retention` | `store.retention` | pruning what the retention policy no longer keeps |
 | `grants` | `store.grants` | approvers' grants, their uses, and the freezes in force |
 """
 
@@ -23,6 +24,7 @@ from workflow.store.outbox import Outbox
 from workflow.store.passkeys import Passkeys
 from workflow.store.proposals import Proposals
 from workflow.store.requests import Requests
+from workflow.store.retention import Retention
 
 
 class Store:
@@ -35,12 +37,14 @@ class Store:
         self.executions = Executions(db, self.audit)
         self.passkeys = Passkeys(db, self.audit)
         self.escalations = Escalations(db, self.requests)
+        self.retention = Retention(db, self.audit)
         self.grants = Grants(db, self.audit)
 
     @classmethod
-    async def open(cls, url: str) -> Store:
-        """Open the database at `url` and bring its schema to the newest version."""
-        return cls(await Database.open(url))
+    async def open(cls, url: str, *, pool_size: int = 5) -> Store:
+        """Open the database at `url` and bring its schema to the newest version; on
+        PostgreSQL with up to 2 × `pool_size` pooled connections."""
+        return cls(await Database.open(url, pool_size=pool_size))
 
     @property
     def dialect(self) -> str:

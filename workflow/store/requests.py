@@ -15,13 +15,15 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, func, select, update
 
 from workflow.approvals import HeldRequest
-from workflow.effects import StepWrite
+from workflow.effects import DecisionRecord, StepWrite
 from workflow.messages import ApprovalRecord, ApprovalRequirement
 from workflow.outcomes import RequestState
+from workflow.store import fastpath
 from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
-from workflow.store.outbox import Outbox
-from workflow.store.tables import DECISIONS, OUTCOMES, PROPOSALS, REQUESTS
+from workflow.store.outbox import IGNORE, Outbox, records
+from workflow.store.pgpath import Insert
+from workflow.store.tables import DECISIONS, OUTBOX, OUTCOMES, PROPOSALS, REQUESTS
 
 
 class ConcurrentUpdate(Exception):
@@ -34,7 +36,11 @@ class ConcurrentUpdate(Exception):
 # decide which call a decision approves).
 _BY_REQUEST_ID = select(REQUESTS).where(REQUESTS.c.request_id == bindparam("ident"))
 _BY_PROPOSAL_ID = select(REQUESTS).where(REQUESTS.c.proposal_id == bindparam("ident"))
+_BY_IDS = select(REQUESTS).where(REQUESTS.c.request_id.in_(bindparam("ids", expanding=True)))
 _NONCE = select(DECISIONS.c.signature).where(DECISIONS.c.nonce == bindparam("nonce"))
+_NONCES = select(DECISIONS.c.nonce, DECISIONS.c.signature).where(
+    DECISIONS.c.nonce.in_(bindparam("nonces", expanding=True))
+)
 _APPROVALS = (
     select(DECISIONS.c.request_id, DECISIONS.c.record)
     .where(
@@ -81,6 +87,32 @@ class Requests:
             return _held(row, approvals.get(row.request_id, ())), int(row.version)
 
         return await self.db.read(body)
+
+    async def load_many(self, request_ids: Sequence[str]) -> dict[str, tuple[HeldRequest, int]]:
+        """`load` of several requests by request id, in one read: those that exist."""
+        if not request_ids:
+            return {}
+
+        def body(conn: Connection) -> dict[str, tuple[HeldRequest, int]]:
+            rows = conn.execute(_BY_IDS, {"ids": list(request_ids)}).all()
+            approvals = _approvals(conn, [r.request_id for r in rows]) if rows else {}
+            return {
+                r.request_id: (_held(r, approvals.get(r.request_id, ())), int(r.version))
+                for r in rows
+            }
+
+        return await self.db.read(body)
+
+    async def nonce_signatures(self, nonces: Sequence[str]) -> dict[str, str | None]:
+        """`nonce_signature` of several nonces in one read: the recorded ones, with the
+        signature each carried."""
+        if not nonces:
+            return {}
+        return await self.db.read(
+            lambda conn: {
+                r.nonce: r.signature for r in conn.execute(_NONCES, {"nonces": list(nonces)})
+            }
+        )
 
     async def nonce_signature(self, nonce: str) -> tuple[bool, str | None]:
         """Whether a decision with this nonce was recorded, and the signature it carried."""
@@ -142,10 +174,88 @@ class Requests:
         the requests first."""
         if not steps:
             return []
-        return await self.db.transact(
-            lambda conn: [self.commit_step_in(conn, write, now) for write, now in steps],
-            urgent=True,
-        )
+        return await self.db.transact(lambda conn: self.commit_steps_in(conn, steps), urgent=True)
+
+    def commit_steps_in(
+        self, conn: Connection, steps: Sequence[tuple[StepWrite, datetime]]
+    ) -> list[bool]:
+        """`commit_steps` inside the caller's transaction, a statement per table rather than
+        per step: the nonces first (a step whose nonce is taken writes nothing), then the
+        version-checked request updates, then the outcomes, statuses, events and audit
+        records of the steps that count. The outbox rows and audit records share the
+        batch's latest moment."""
+        ok = self._insert_decisions(conn, [w.decision for w, _ in steps])
+        kept = [(w, now) for (w, now), good in zip(steps, ok, strict=True) if good]
+        if not kept:
+            return ok
+        self._move_requests(conn, kept)
+        statuses = [w.proposal_status for w, _ in kept if w.proposal_status is not None]
+        if statuses:
+            if self.db.fast:
+                fastpath.dbapi(conn).executemany(
+                    "UPDATE proposals SET status = ? WHERE id = ?",
+                    [(str(status), pid) for pid, status in statuses],
+                )
+            else:
+                conn.execute(
+                    _PROPOSAL_STATUS, [{"b_id": pid, "status": status} for pid, status in statuses]
+                )
+        latest = max(now for _, now in kept)
+        rows = [
+            Insert(OUTCOMES, [w.outcome for w, _ in kept if w.outcome is not None]),
+            Insert(OUTBOX, records([e for w, _ in kept for e in w.events], latest), IGNORE),
+        ]
+        self.audit.append_in(conn, [a for w, _ in kept for a in w.audit], latest, also=rows)
+        return ok
+
+    def _insert_decisions(
+        self, conn: Connection, decisions: Sequence[DecisionRecord | None]
+    ) -> list[bool]:
+        """Record the decisions whose nonce is new (None: a step without one); per step,
+        whether it may go on. The caller never has one nonce twice in a batch."""
+        records = [d for d in decisions if d is not None]
+        if not records:
+            return [True] * len(decisions)
+        nonces = [d.nonce for d in records]
+        if self.db.fast:  # under the write lock nothing else inserts: look up, then insert
+            taken = fastpath.existing_keys(conn, "decisions", "nonce", nonces)
+            self.db.insert_rows(conn, DECISIONS, [d for d in records if d.nonce not in taken])
+        else:  # replicas insert concurrently: the insert says which nonces were new
+            new = {
+                row[0]
+                for row in conn.execute(self._insert_decision, [d._asdict() for d in records])
+            }
+            taken = set(nonces) - new
+        return [d is None or d.nonce not in taken for d in decisions]
+
+    def _move_requests(self, conn: Connection, steps: Sequence[tuple[StepWrite, datetime]]) -> None:
+        """The version-checked request updates; ConcurrentUpdate when one found another
+        version (the whole transaction is then rolled back)."""
+        shapes: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for write, now in steps:
+            if write.expected_version is None:
+                continue
+            values: dict[str, Any] = {"version": write.expected_version + 1}
+            if write.requirement is not None:
+                values["requirement"] = write.requirement
+            if write.expires_at is not None:
+                values["expires_at"] = write.expires_at
+            if write.new_state is not None:
+                values["state"] = write.new_state
+                if write.new_state is not RequestState.PENDING:
+                    values["closed_at"] = now
+            values["b_request_id"] = write.request_id
+            values["b_version"] = write.expected_version
+            shapes.setdefault(tuple(values), []).append(values)
+        for columns, rows in shapes.items():
+            if self.db.fast:
+                changed = fastpath.update_requests(conn, columns, rows)
+                if changed != len(rows):
+                    raise ConcurrentUpdate(f"{len(rows) - changed} of {len(rows)} requests")
+                continue
+            for values in rows:  # rowcount per statement: asyncpg's executemany has none
+                if conn.execute(_STEP, values).rowcount != 1:
+                    raise ConcurrentUpdate(str(values["b_request_id"]))
 
     def commit_step_in(self, conn: Connection, write: StepWrite, now: datetime) -> bool:
         """`commit_step` inside the caller's transaction."""

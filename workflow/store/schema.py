@@ -119,7 +119,7 @@ class OutcomeRow(SQLModel, table=True):
     outcome: str = Field(max_length=16)
     release_id: str | None = Field(default=None, max_length=200)
     reason: str
-    at: datetime = _ts()
+    at: datetime = _ts(index=True)  # the pruner finds decided proposals by it (migration 5)
 
 
 class ExecutionRow(SQLModel, table=True):
@@ -170,6 +170,19 @@ class AuditHeadRow(SQLModel, table=True):
     id: int = Field(default=1, primary_key=True)
     seq: int = 0
     hash: str = Field(default="0" * 64, max_length=64)
+
+
+class AuditAnchorRow(SQLModel, table=True):
+    """One row: where the stored chain starts after pruning. `seq` and `hash` are those of the
+    last pruned record (0 and the genesis hash while nothing was pruned); the `audit.pruned`
+    record appended by each pruning confirms them from within the chain."""
+
+    __tablename__ = "audit_anchor"
+
+    id: int = Field(default=1, primary_key=True)
+    seq: int = 0
+    hash: str = Field(default="0" * 64, max_length=64)
+    pruned_at: datetime | None = _ts(nullable=True)
 
 
 class PasskeyRow(SQLModel, table=True):

@@ -1,0 +1,179 @@
+"""Approval steps committed as a batch (one transaction, a statement per table) store exactly
+what each would store committed alone, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from tests.store.test_repo import record
+from workflow.effects import AuditEntry, DecisionRecord, OutboxEvent, OutcomeRecord, StepWrite
+from workflow.outcomes import Outcome, RequestState
+from workflow.store.repo import Store
+from workflow.store.requests import ConcurrentUpdate
+from workflow.store.tables import AUDIT, DECISIONS, OUTBOX, OUTCOMES, PROPOSALS, REQUESTS
+
+NOW = datetime(2026, 12, 1, 4, 0, tzinfo=UTC)
+
+#: The kinds of step the collector commits.
+KINDS = ("approved", "rejected", "refused", "raised", "cancelled", "counted")
+
+
+def step(kind: str, request_id: str, pid: str, version: int, n: int) -> StepWrite:
+    """A step of this kind; between them they set every field a `StepWrite` has."""
+
+    def decision(accepted: bool, verdict: str = "approve") -> DecisionRecord:
+        return DecisionRecord(
+            nonce=f"nonce-{pid}", request_id=request_id, approver="ann", key=None,
+            signature=None, verdict=verdict, accepted=accepted,
+            refusal=None if accepted else "wrong_role", message=kind,
+            record=None, received_at=NOW + timedelta(seconds=n),
+        )  # fmt: skip
+
+    audit = [AuditEntry(f"test.{kind}", "ann", {"n": n}, pid, request_id)]
+    if kind in ("approved", "rejected", "cancelled"):
+        outcome = {"approved": Outcome.RELEASED, "rejected": Outcome.REJECTED}.get(
+            kind, Outcome.CANCELLED
+        )
+        return StepWrite(
+            request_id=request_id,
+            expected_version=version,
+            new_state={"approved": RequestState.APPROVED, "rejected": RequestState.REJECTED}.get(
+                kind, RequestState.CANCELLED
+            ),
+            decision=None
+            if kind == "cancelled"
+            else decision(True, "reject" if kind == "rejected" else "approve"),
+            outcome=OutcomeRecord(pid, outcome, None, kind, NOW),
+            proposal_status=(pid, outcome),
+            events=[OutboxEvent(f"{kind}:{pid}", f"headgate.{kind}.agent-1", "{}", pid)],
+            audit=audit,
+        )
+    if kind == "refused":
+        return StepWrite(request_id, None, decision=decision(False), audit=audit)
+    if kind == "raised":
+        return StepWrite(
+            request_id,
+            version,
+            requirement='{"quorum": 2}',
+            expires_at=NOW + timedelta(minutes=30),
+            audit=audit,
+        )
+    return StepWrite(request_id, version, decision=decision(True), audit=audit)  # counted
+
+
+async def _held(store: Store, pid: str) -> tuple[str, int]:
+    loaded = await store.requests.load_for_proposal(pid)
+    assert loaded is not None
+    return loaded[0].request_id, loaded[1]
+
+
+async def _stored(store: Store, pid: str) -> dict[str, Any]:
+    """What the database holds about one proposal, without its ids."""
+    async with store.db.engine.connect() as conn:
+        req = (await conn.execute(select(REQUESTS).where(REQUESTS.c.proposal_id == pid))).one()
+        decisions = (
+            await conn.execute(
+                select(DECISIONS.c.accepted, DECISIONS.c.verdict, DECISIONS.c.refusal).where(
+                    DECISIONS.c.request_id == req.request_id
+                )
+            )
+        ).all()
+        outcome = (
+            await conn.execute(select(OUTCOMES.c.outcome).where(OUTCOMES.c.proposal_id == pid))
+        ).all()
+        status = (
+            await conn.execute(select(PROPOSALS.c.status).where(PROPOSALS.c.id == pid))
+        ).scalar_one()
+        events = (
+            await conn.execute(select(OUTBOX.c.subject).where(OUTBOX.c.proposal_id == pid))
+        ).all()
+        audit = (
+            await conn.execute(
+                select(AUDIT.c.kind).where(AUDIT.c.proposal_id == pid).order_by(AUDIT.c.seq)
+            )
+        ).all()
+    return {
+        "request": (
+            req.state,
+            req.version,
+            req.closed_at is not None,
+            req.requirement,
+            req.expires_at,
+        ),
+        "decisions": [tuple(d) for d in decisions],
+        "outcome": [o[0] for o in outcome],
+        "status": status,
+        "events": [e[0] for e in events],
+        "audit": [a[0] for a in audit],
+    }
+
+
+async def test_steps_committed_together_store_what_each_would_store_alone(store: Store) -> None:
+    alone = [f"alone-{k}" for k in KINDS]
+    together = [f"together-{k}" for k in KINDS]
+    await store.proposals.record([record(p) for p in alone + together], NOW)
+    for n, (kind, pid) in enumerate(zip(KINDS, alone, strict=True)):
+        request_id, version = await _held(store, pid)
+        assert await store.requests.commit_step(step(kind, request_id, pid, version, n), NOW)
+    steps = []
+    for n, (kind, pid) in enumerate(zip(KINDS, together, strict=True)):
+        request_id, version = await _held(store, pid)
+        steps.append((step(kind, request_id, pid, version, n), NOW))
+    assert await store.requests.commit_steps(steps) == [True] * len(KINDS)
+    for a, b in zip(alone, together, strict=True):
+        assert await _stored(store, a) == await _stored(store, b), a
+    assert (await store.audit.verify()).ok
+
+
+async def test_a_step_whose_nonce_is_taken_writes_nothing_and_the_others_commit(
+    store: Store,
+) -> None:
+    await store.proposals.record([record("first"), record("replayed"), record("third")], NOW)
+    steps = []
+    for n, pid in enumerate(("first", "replayed", "third")):
+        request_id, version = await _held(store, pid)
+        steps.append((step("approved", request_id, pid, version, n), NOW))
+    # The replayed step's nonce is used already (another replica recorded it meanwhile).
+    taken = steps[1][0].decision
+    assert taken is not None
+    other = StepWrite(taken.request_id, None, decision=taken)
+    assert await store.requests.commit_step(other, NOW)
+    before = await _stored(store, "replayed")
+    assert await store.requests.commit_steps(steps) == [True, False, True]
+    assert await _stored(store, "replayed") == before
+    assert (await _stored(store, "first"))["outcome"] == ["released"]
+    assert (await _stored(store, "third"))["outcome"] == ["released"]
+
+
+async def test_a_stale_version_in_a_batch_commits_none_of_it(store: Store) -> None:
+    await store.proposals.record([record("fresh"), record("stale")], NOW)
+    fresh_id, fresh_version = await _held(store, "fresh")
+    stale_id, stale_version = await _held(store, "stale")
+    # Another writer moves the second request first.
+    moved = StepWrite(stale_id, stale_version, requirement='{"quorum": 3}')
+    assert await store.requests.commit_step(moved, NOW)
+    before = await _stored(store, "fresh")
+    with pytest.raises(ConcurrentUpdate):
+        await store.requests.commit_steps(
+            [
+                (step("approved", fresh_id, "fresh", fresh_version, 0), NOW),
+                (step("rejected", stale_id, "stale", stale_version, 1), NOW),
+            ]
+        )
+    assert await _stored(store, "fresh") == before
+    assert (await store.audit.verify()).ok
+
+
+def test_the_kinds_of_step_set_every_field_a_step_write_has() -> None:
+    """A field added to `StepWrite` must be written by the batch as by `commit_step`: it is
+    covered here once one of the kinds sets it."""
+    steps = [step(k, "r", "p", 0, 0) for k in KINDS]
+    unset = [
+        f.name for f in fields(StepWrite) if all(getattr(s, f.name) in (None, []) for s in steps)
+    ]
+    assert unset == []

@@ -1,0 +1,74 @@
+"""Audit records as JSON Lines: what `headgate audit export` writes and the pruner archives
+before it deletes, and reading such files back to verify them against the chain's anchor.
+
+One record per line, its stored fields exactly (`seq`, `at`, `kind`, `proposal_id`,
+`request_id`, `actor`, `data` as the stored text, `prev_hash`, `hash`), so the hashes can be
+recomputed from the file alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from workflow.errors import ConfigError
+from workflow.store.schema import AuditRow
+
+
+def jsonl(row: AuditRow) -> str:
+    return json.dumps(row.model_dump(), ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def write_jsonl(path: Path, rows: Iterable[AuditRow]) -> int:
+    """Write `rows` to `path` durably (a partial file, synced, then renamed into place);
+    returns how many were written."""
+    partial = path.with_name(path.name + ".partial")
+    count = 0
+    with partial.open("w", encoding="utf-8") as out:
+        for row in rows:
+            out.write(jsonl(row))
+            count += 1
+        out.flush()
+        os.fsync(out.fileno())
+    partial.replace(path)
+    _sync_dir(path.parent)
+    return count
+
+
+def archive_file(directory: Path, rows: Sequence[AuditRow]) -> Path:
+    """Archive a pruned prefix of the chain as `audit-<first>-<last>.jsonl` in `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"audit-{rows[0].seq:012d}-{rows[-1].seq:012d}.jsonl"
+    write_jsonl(path, rows)
+    return path
+
+
+def read_jsonl(path: Path) -> list[AuditRow]:
+    """The records of an export or archive; a clear error naming the file and line."""
+    rows: list[AuditRow] = []
+    try:
+        with path.open(encoding="utf-8") as src:
+            for n, line in enumerate(src, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(AuditRow.model_validate(json.loads(line)))
+                except (ValueError, ValidationError) as exc:
+                    raise ConfigError(
+                        f"{path}, line {n}: not an audit record ({str(exc).splitlines()[0]})"
+                    ) from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read the audit archive {path}: {exc.strerror}") from exc
+    return rows
+
+
+def _sync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
