@@ -80,6 +80,6 @@ def test_propose_loads_the_wire_models_and_nats_but_nothing_of_the_service() -> 
 
 
 def test_an_agent_hook_loads_nats_and_the_wire_models_but_nothing_of_the_service() -> None:
-    modules = loaded_after("import workflow.adapters.hook")
+    modules = loaded_after("import workflow.adapters.hook, workflow.adapters.gate")
     assert {"nats", "workflow.messages", "workflow.client.agent"} <= modules
     assert _found(modules, SERVICE_SIDE) == []

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from workflow.classify.engine import classify
-from workflow.messages import Proposal
+from workflow.messages import REQUEST_ID_PREFIX, Proposal
 from workflow.policy.engine import evaluate
 from workflow.policy.model import default_policy
 from workflow.routing import immediate_release, release_id_for, released_event, route
@@ -18,7 +18,9 @@ from workflow.subjects import Subjects
 SUBJECTS = Subjects("headgate")
 POLICY = default_policy()
 TOKEN = st.from_regex(r"[A-Za-z0-9_-]{1,40}", fullmatch=True)
-IDENT = st.from_regex(r"[A-Za-z0-9_.:@-]{1,80}", fullmatch=True)
+IDENT = st.from_regex(r"[A-Za-z0-9_.:@-]{1,80}", fullmatch=True).filter(
+    lambda s: not s.startswith(REQUEST_ID_PREFIX)  # request ids have their own namespace
+)
 JSON = st.recursive(
     st.none()
     | st.booleans()

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
 
 from workflow.controls import CONTROL_MODELS
 from workflow.messages import WIRE_MODELS
+from workflow.notify.broker import build_app as notifier_app
 from workflow.schemas import render, write_schemas
 from workflow.service.broker import build_app
 from workflow.service.streams import service_consumers
@@ -26,31 +29,48 @@ def test_every_wire_model_has_a_schema_and_the_asyncapi_document_lists_every_han
     assert set(files) == {f"{name}.json" for name in models} | {"asyncapi.json"}
     asyncapi = json.loads(files["asyncapi.json"])
     received = {
-        _wildcard(asyncapi["channels"][name]["address"])
-        for name, op in asyncapi["operations"].items()
+        _wildcard(_channel(asyncapi, op)["address"])
+        for op in asyncapi["operations"].values()
         if op["action"] == "receive"
     }
     assert received == subscribed_subjects()
     assert {"headgate.api.explain", "headgate.api.status.*", "headgate.cancel.*"} <= received
     assert {"headgate.api.web.invite", "headgate.api.web.passkey"} <= received
     assert {"headgate.api.grant.issue", "headgate.api.freeze"} <= received
+    # The notifier's consumers, the outcomes one with both of its filters.
+    assert {"headgate.inbox.*", "headgate.released.*", "headgate.blocked.*",
+            "headgate.escalated.*"} <= received  # fmt: skip
     sent = {name for name, op in asyncapi["operations"].items() if op["action"] == "send"}
     assert sent == {"inbox", "held", "released", "blocked", "dead", "escalated", "notified"}
 
 
 def subscribed_subjects() -> set[str]:
-    """What the service reads: the FastStream application's subscribers (API, auditor) and the
-    batch stages' consumers — taken from the running code, not from the document."""
+    """What the service reads: the FastStream applications' subscribers (API, auditor; the
+    notifier's consumers) and the batch stages' consumers — taken from the running code, not
+    from the document."""
     subjects = Subjects()
     app = build_app(subjects)
     mine = {_wildcard(getattr(sub, "subject").broker_address) for sub in app.subscribers}  # noqa: B009
+    notifier = {
+        _wildcard(address)
+        for sub in notifier_app(subjects).subscribers
+        for address in getattr(sub, "filter_subjects")  # noqa: B009
+    }
     stages = {
         _wildcard(f)
         for name, spec in service_consumers(subjects).items()
         if name != "auditor"  # on FastStream: one of the application's subscribers
         for f in spec.filter_subjects
     }
-    return mine | stages
+    return mine | notifier | stages
+
+
+def _channel(document: dict[str, Any], operation: dict[str, Any]) -> dict[str, Any]:
+    """The channel an operation's `$ref` points to (`#/channels/<url-quoted name>`)."""
+    ref = operation["channel"]["$ref"]
+    assert ref.startswith("#/channels/"), ref
+    channel: dict[str, Any] = document["channels"][unquote(ref.removeprefix("#/channels/"))]
+    return channel
 
 
 def _wildcard(subject: str) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import AwareDatetime, BaseModel
 
+from workflow.controls import CONTROL_MODELS
 from workflow.messages import WIRE_MODELS, ApprovalDecision
 from workflow.store import audit
 
@@ -26,6 +27,11 @@ RECEIVED = [
     "api_web_invitation_query",
     "api_web_register",
     "api_web_passkey_query",
+    "api_grant_issue",
+    "api_grant_list_query",
+    "api_grant_revoke",
+    "api_freeze",
+    "api_freezes_query",
 ]
 
 
@@ -47,9 +53,12 @@ def _plain_datetimes(annotation: Any, where: str) -> list[str]:
     return [found for arg in args for found in _plain_datetimes(arg, where)]
 
 
-@pytest.mark.parametrize("name", sorted(WIRE_MODELS))
+ALL = WIRE_MODELS | CONTROL_MODELS
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
 def test_every_timestamp_on_the_wire_is_timezone_aware(name: str) -> None:
-    assert _plain_datetimes(WIRE_MODELS[name], name) == []
+    assert _plain_datetimes(ALL[name], name) == []
 
 
 def _unbounded(node: Any, defs: dict[str, Any], where: str, seen: set[str]) -> list[str]:
@@ -80,7 +89,7 @@ def _unbounded(node: Any, defs: dict[str, Any], where: str, seen: set[str]) -> l
 
 @pytest.mark.parametrize("name", RECEIVED)
 def test_every_string_and_list_received_is_bounded(name: str) -> None:
-    schema = WIRE_MODELS[name].model_json_schema()
+    schema = ALL[name].model_json_schema()
     assert _unbounded(schema, schema.get("$defs", {}), name, set()) == []
 
 

@@ -1,3 +1,3 @@
-from workflow.cli import main
+from workflow.launch import main
 
 main()

@@ -69,6 +69,7 @@ class Refusal(StrEnum):
     DUPLICATE_APPROVER = "duplicate_approver"
     NOT_OWNER = "not_owner"
     FROZEN = "frozen"
+    EDIT_REFUSED = "edit_refused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +271,58 @@ def apply_decision(
         message=f"Approval {len(approvals)} of {needed} recorded from {name}.",
         record=record,
     )
+
+
+def apply_edit(
+    req: HeldRequest,
+    decision: ApprovalDecision,
+    check: DecisionCheck,
+    *,
+    edited_digest: str,
+    edited: Verdict,
+    now: datetime,
+    max_skew: timedelta = DEFAULT_MAX_SKEW,
+    frozen: str | None = None,
+) -> Step:
+    """Apply an approval of an edited call (edit before approve).
+
+    `edited` is the policy's verdict on the edited call, classified and evaluated like any
+    proposal, and `edited_digest` the digest of the edited proposal, which the decision must
+    be signed over. The edit releases the call only as the policy allows the edited call:
+    never when it denies it, never when it asks for more than one approval (an edit stands
+    for one approver's decision), and only by an approver eligible under the edited call's
+    requirement. Every other check is the one of a decision (`apply_decision`).
+    """
+    if decision.verdict is not DecisionVerdict.APPROVE:
+        return _refuse(req, Refusal.EDIT_REFUSED, "Only an approval can carry an edited call.")
+    if edited.decision is Decision.DENY:
+        return _refuse(
+            req,
+            Refusal.EDIT_REFUSED,
+            f"The policy denies the edited call, so it cannot be approved: {edited.reason}",
+        )
+    requirement = edited.requirement or req.requirement.model_copy(
+        update={"quorum": 1, "four_eyes": False}
+    )
+    if requirement.approvals_needed > 1:
+        return _refuse(
+            req,
+            Refusal.EDIT_REFUSED,
+            f"The edited call needs {requirement.approvals_needed} approvals, and an edit stands "
+            "for one; reject the call and let the agent propose the edited one.",
+        )
+    if req.approvals:
+        return _refuse(
+            req,
+            Refusal.EDIT_REFUSED,
+            "The request already holds approvals of the call as proposed; an edit would not be "
+            "what they approved.",
+        )
+    target = replace(req, proposal_digest=edited_digest, requirement=requirement)
+    step = apply_decision(target, decision, check, now=now, max_skew=max_skew, frozen=frozen)
+    if step.closed is None:
+        return replace(step, request=req)  # refused: the request as it was
+    return step
 
 
 def expire(req: HeldRequest, *, now: datetime) -> Step | None:

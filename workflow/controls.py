@@ -8,13 +8,21 @@ every field but `signature` (`workflow.messages.signed_text`).
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, Field
 
-from workflow.messages import Identifier, Token, Wire, signed_text
+from workflow.messages import (
+    SCHEME_FIELD,
+    Identifier,
+    PublicKey,
+    Signature,
+    SignatureScheme,
+    Token,
+    Wire,
+    signed_text,
+)
 
 Nonce = Annotated[str, Field(min_length=8, max_length=100)]
 
@@ -41,21 +49,25 @@ class GrantIssue(Wire):
     workspace: Token
     agent: Token | None = Field(default=None, description="Only this agent's calls (else any).")
     scope: GrantScope
-    command_prefix: list[Annotated[str, Field(min_length=1)]] | None = Field(
+    command_prefix: (
+        Annotated[list[Annotated[str, Field(min_length=1, max_length=4096)]], Field(max_length=64)]
+        | None
+    ) = Field(
         default=None,
         description="command-prefix: the argv a simple command must start with, word for word.",
     )
     path_glob: Annotated[str, Field(min_length=1, max_length=1000)] | None = Field(
         default=None, description="path: the glob every path argument must match."
     )
-    expires_at: datetime
+    expires_at: AwareDatetime
     max_uses: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     approver: Annotated[str, Field(min_length=1, max_length=200)]
     reason: Annotated[str, Field(max_length=2000)] = ""
     nonce: Nonce
-    issued_at: datetime
-    key: str | None = None
-    signature: str | None = None
+    issued_at: AwareDatetime
+    signature_scheme: SignatureScheme | None = SCHEME_FIELD
+    key: PublicKey | None = None
+    signature: Signature | None = None
 
     def signing_payload(self) -> bytes:
         return signed_text(self.model_dump(mode="json")).encode()
@@ -73,11 +85,11 @@ class GrantInfo(Wire):
     scope: GrantScope
     command_prefix: list[str] | None = None
     path_glob: str | None = None
-    issued_at: datetime
-    expires_at: datetime
+    issued_at: AwareDatetime
+    expires_at: AwareDatetime
     max_uses: int | None = None
     uses: int = 0
-    revoked_at: datetime | None = None
+    revoked_at: AwareDatetime | None = None
     revoked_by: str | None = None
     status: str = Field(description="active, used_up, expired or revoked.")
 
@@ -102,9 +114,10 @@ class GrantRevoke(Wire):
     approver: Annotated[str, Field(min_length=1, max_length=200)]
     reason: Annotated[str, Field(max_length=2000)] = ""
     nonce: Nonce
-    issued_at: datetime
-    key: str | None = None
-    signature: str | None = None
+    issued_at: AwareDatetime
+    signature_scheme: SignatureScheme | None = SCHEME_FIELD
+    key: PublicKey | None = None
+    signature: Signature | None = None
 
     def signing_payload(self) -> bytes:
         return signed_text(self.model_dump(mode="json")).encode()
@@ -125,9 +138,10 @@ class FreezeOrder(Wire):
     reason: Annotated[str, Field(max_length=2000)] = ""
     approver: Annotated[str, Field(min_length=1, max_length=200)]
     nonce: Nonce
-    issued_at: datetime
-    key: str | None = None
-    signature: str | None = None
+    issued_at: AwareDatetime
+    signature_scheme: SignatureScheme | None = SCHEME_FIELD
+    key: PublicKey | None = None
+    signature: Signature | None = None
 
     def signing_payload(self) -> bytes:
         return signed_text(self.model_dump(mode="json")).encode()
@@ -140,7 +154,7 @@ class FreezeInfo(Wire):
     all_calls: bool = False
     reason: str = ""
     by: str
-    at: datetime
+    at: AwareDatetime
 
 
 class FreezeReply(Wire):

@@ -12,7 +12,15 @@ import json
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeGuard
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+)
 
 from workflow.canonical import signed_form
 from workflow.classify.taxonomy import Category, RiskClass, Severity
@@ -22,6 +30,24 @@ from workflow.outcomes import BlockedOutcome
 Token = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
 Identifier = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:@-]+$")]
 
+
+#: Every approval request id starts with this (`rq_` and 24 hex digits, derived from the
+#: proposal id), and no proposal id may: an id names one kind of thing, so a lookup by id
+#: can never take an attacker's proposal for a victim's request.
+REQUEST_ID_PREFIX = "rq_"
+
+
+def _not_a_request_id(value: str) -> str:
+    if value.startswith(REQUEST_ID_PREFIX):
+        raise ValueError(f"a proposal id may not start with {REQUEST_ID_PREFIX!r} (request ids do)")
+    return value
+
+
+ProposalId = Annotated[
+    Identifier,
+    AfterValidator(_not_a_request_id),
+    Field(json_schema_extra={"not": {"pattern": f"^{REQUEST_ID_PREFIX}"}}),
+]
 
 #: Bounds of received free text, in characters: every string the service receives is bounded,
 #: so what it accepts always fits its columns and the records that quote it.
@@ -36,7 +62,7 @@ Signature = Annotated[str, Field(min_length=1, max_length=200)]
 
 
 class Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 # --------------------------------------------------------------------------- proposals
@@ -84,7 +110,7 @@ class ProposalContext(Wire):
 class Proposal(Wire):
     """One tool call an agent wants to make. `id` is the idempotency key."""
 
-    id: Identifier
+    id: ProposalId
     agent: Token
     workspace: Token = "default"
     source: Token | None = Field(default=None, description="Data source or connection name.")
@@ -235,6 +261,12 @@ class ApprovalDecision(Wire):
     passkey: PasskeyAssertion | None = Field(
         default=None, description="A WebAuthn assertion over the decision (browser approvals)."
     )
+    edited_arguments: dict[str, Any] | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="An approval of the call with these arguments instead (edit before "
+        "approve): `proposal_digest` is then the digest of the edited proposal.",
+    )
 
     def signing_payload(self) -> bytes:
         """What the approver signs: the canonical form (by `signature_scheme`) of every field
@@ -349,6 +381,13 @@ class Released(Wire):
     approvals: list[ApprovalRecord] = Field(default_factory=list)
     proposal_digest: str
     released_at: AwareDatetime
+    edited_from: str | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="Set when an approver edited the call before approving it: the digest of "
+        "the proposal as the agent sent it (`arguments` and `proposal_digest` are the edited "
+        "call's).",
+    )
 
 
 class Blocked(Wire):

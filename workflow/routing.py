@@ -74,7 +74,10 @@ def released_event(
     approvals: tuple[ApprovalRecord, ...],
     now: datetime,
     request_id: str | None = None,
+    edited_from: str | None = None,
 ) -> OutboxEvent:
+    """The `Released` event; `edited_from` (the digest the agent proposed) marks a call an
+    approver edited before approving it: `proposal` is then the edited call."""
     event = Released(
         release_id=release_id_for(proposal.id),
         proposal_id=proposal.id,
@@ -88,6 +91,7 @@ def released_event(
         approvals=list(approvals),
         proposal_digest=digest,
         released_at=now,
+        edited_from=edited_from,
     )
     return _released(subjects, proposal, event.model_dump_json())
 
@@ -384,8 +388,10 @@ def closing_effects(
     verdict: Verdict,
     now: datetime,
     trace: dict[str, str] | None = None,
+    edited_from: str | None = None,
 ) -> tuple[OutcomeRecord, OutboxEvent, AuditEntry]:
-    """Outcome row, event and audit entry for a held request ending in `outcome`."""
+    """Outcome row, event and audit entry for a held request ending in `outcome`
+    (`edited_from`: see `released_event`)."""
     if outcome is Outcome.RELEASED:
         event = released_event(
             subjects,
@@ -396,6 +402,7 @@ def closing_effects(
             req.approvals,
             now,
             request_id=req.request_id,
+            edited_from=edited_from,
         )
         row = OutcomeRecord(proposal.id, outcome, release_id_for(proposal.id), reason, now)
         event = replace(event, headers=trace or None)

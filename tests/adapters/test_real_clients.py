@@ -3,7 +3,8 @@
 Each CLI runs non-interactively against a fake model (`fake_model.py`) that asks for one shell
 call appending to a file, with `headgate hook` configured as the client's hook, the service and
 nats-server real. The CLIs come from npm (`.ci/run` installs them into `.agent-clis/`; set
-HEADGATE_AGENT_CLIS to use another install); without them these tests are skipped.
+HEADGATE_AGENT_CLIS to use another install); without them these tests are skipped, and fail
+under CI.
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ REASON = "not in this repository, please"
 def cli(name: str) -> Path:
     path = CLIS / name
     if not path.exists():
-        pytest.skip(f"{path} is not installed (npm install, see .ci/run)")
+        message = f"{path} is not installed (npm install, see .ci/run)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
     return path
 
 

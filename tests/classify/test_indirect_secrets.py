@@ -154,3 +154,9 @@ def test_brace_expansion_is_bounded() -> None:
     assert brace_words("x{1..100000}") is None
     assert brace_words("{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}") is None
     assert run("cat x{1..100000}/.ssh/id_rsa").risk_class is not RiskClass.READ
+
+
+@pytest.mark.parametrize("path", ["~/.netrc\x00.txt", "/home/agent/.pgpass\x00", "~/.env\x00x"])
+def test_a_path_cut_by_nul_is_checked_where_c_cuts_it(path: str) -> None:
+    result = classify(proposal("read_file", {"path": path}))
+    assert Category.SECRET_ACCESS in result.categories

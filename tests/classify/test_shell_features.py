@@ -92,6 +92,11 @@ def test_setting_a_variable_that_steers_later_programs_fails_closed(form: str, n
         "printf -v 'a[$(id)]' x",
         'read "$name" < f',
         "env 'BASH_FUNC_ls%%=() { id; }' bash -c ls",
+        "compgen -C id x",
+        "compgen -F f x",
+        "mapfile -C id -c 1 lines < notes.txt",
+        "fc -s",
+        "fc -e vi 10",
     ],
 )
 def test_features_that_change_later_words_fail_closed(command: str) -> None:

@@ -72,6 +72,7 @@ def test_the_hazard_condition_covers_every_crash_site(prefix: str, cp: int) -> N
 
 def test_non_ascii_text_elsewhere_is_still_parsed() -> None:
     assert not scanner_hazard("echo 'café – naïve'")
+    assert not scanner_hazard("git commit -m 'peut-être {é'")
     assert run("echo 'café'").risk_class is RiskClass.READ
 
 

@@ -12,7 +12,7 @@ from tests.client.support import KEYS, guarded_service
 from tests.service.helpers import decision, running_service, send_decision, wait_until
 from workflow.client import Approver, Headgate, NoLedger, ResultTimeout, ToolBlocked
 from workflow.errors import NotFoundError
-from workflow.messages import Blocked, Released
+from workflow.messages import Blocked, Proposal, Released
 
 
 async def test_gated_tool_runs_once_with_the_released_arguments_after_an_approval(
@@ -192,3 +192,27 @@ async def test_gated_refuses_a_function_whose_arguments_cannot_be_passed_by_keyw
 
         with pytest.raises(TypeError, match="passable by keyword"):
             hg.gated("write_file")(tool)
+
+
+async def test_a_proposal_the_service_cannot_read_raises_its_reason_at_once(
+    nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client older than the service's rules publishes what the service refuses: the agent
+    is answered (`invalid`) and `propose` raises with the reason, instead of waiting for a
+    classification that will never come."""
+    async with (
+        running_service(nats_url, tmp_path) as h,
+        Headgate.connect(nats_url, agent="old-client", prefix=h.subjects.prefix) as hg,
+    ):
+        build = hg._proposal
+
+        def unchecked(*args: Any, **kwargs: Any) -> Proposal:
+            made = build(*args, **kwargs)
+            return Proposal.model_construct(**{**dict(made), "id": "rq_not_a_proposal_id"})
+
+        monkeypatch.setattr(hg, "_proposal", unchecked)
+        with pytest.raises(ToolBlocked) as raised:
+            await hg.propose("read_file", {"path": "a"}, timeout=30)
+        assert raised.value.outcome == "invalid"
+        assert "may not start with 'rq_'" in raised.value.reason
+        assert len(hg.router.watches) == 0

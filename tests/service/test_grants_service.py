@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import nats
 import pytest
+from typer.testing import CliRunner
 
 from tests.service.helpers import (
     Harness,
@@ -20,10 +22,12 @@ from tests.service.helpers import (
     unique_prefix,
     wait_until,
 )
+from workflow.cli import app
 from workflow.client.approver import Approver
 from workflow.client.transport import ApiRefused
-from workflow.messages import InboxItem
-from workflow.signing import ApproverKey, ServiceKey
+from workflow.client.verify import DigestMismatch
+from workflow.messages import ApprovalRecord, InboxItem
+from workflow.signing import ApproverKey, ServiceKey, verify_record
 
 KEYS = {name: ApproverKey.generate() for name in ("alice", "carol", "mallory")}
 POLICY = f"""
@@ -248,3 +252,115 @@ async def test_a_freeze_of_all_calls_holds_reads_too_and_only_in_its_scope(
         assert await outcome(h, other) == "released"
         with pytest.raises(ApiRefused, match="may not freeze every workspace"):
             await approver(h, "carol").freeze(reason="not hers to freeze")
+
+
+async def held_items(h: Harness, count: int, **propose_args: Any) -> list[InboxItem]:
+    pids = [
+        await propose(
+            h.nc, h.subjects, tool="write_file", arguments={"path": f"f{i}.txt"}, **propose_args
+        )
+        for i in range(count)
+    ]
+    items = []
+    for pid in pids:
+        (raw,) = await h.observer.wait_for("inbox", pid)
+        items.append(InboxItem.model_validate({k: v for k, v in raw.items() if k != "_subject"}))
+    return items
+
+
+async def test_batch_approval_of_20_requests_releases_20_and_a_tampered_list_none(
+    nats_url: str, tmp_path: Path, database_url: str
+) -> None:
+    async with replicas(nats_url, tmp_path, database_url) as (h,):
+        items = await held_items(h, 20)
+        forged = items[7].proposal.model_copy(update={"arguments": {"path": "/etc/passwd"}})
+        tampered = [*items[:7], items[7].model_copy(update={"proposal": forged}), *items[8:]]
+        with pytest.raises(DigestMismatch):
+            await approver(h).approve_all(tampered)
+        for item in items:  # nothing was signed, so nothing changed
+            history = await h.service_history(item.request_id)
+            assert history["status"] == "pending"
+            assert history["approvals"] == []
+
+        results = await approver(h).approve_all(items, "batch")
+        assert [r.accepted for r in results] == [True] * 20
+        for item in items:
+            await h.observer.wait_for("released", item.proposal_id)
+
+
+async def test_the_cli_grants_lists_approves_in_batch_and_freezes(
+    nats_url: str, tmp_path: Path
+) -> None:
+    seed = tmp_path / "alice.seed"
+    KEYS["alice"].write(seed)
+    async with replicas(nats_url, tmp_path, None) as (h,):
+        common = ["--nats-url", nats_url, "--prefix", h.subjects.prefix,
+                  "--data-dir", str(h.data_dir)]  # fmt: skip
+        signed_as = ["--key", str(seed), "--approver", "alice"]
+
+        async def cli(*args: str) -> Any:
+            return await asyncio.to_thread(CliRunner().invoke, app, [*args, *common])
+
+        pid = await propose(h.nc, h.subjects, tool="run_shell", arguments={"command": "make x"})
+        (raw,) = await h.observer.wait_for("inbox", pid)
+        out = await cli("approve", raw["request_id"], "--grant", "1h", *signed_as)
+        assert out.exit_code == 0, out.output
+        assert "granted:" in out.output
+        listed = await cli("grants", "list", "--json")
+        (grant,) = json.loads(listed.output)
+        assert grant["command_prefix"] == ["make", "x"]
+        assert (await cli("approve", raw["request_id"], "--grant", "soon")).exit_code == 2
+
+        items = await held_items(h, 3, agent="agent-9")
+        out = await cli("approve", "--all", "--agent", "agent-9", "--tool", "write_file",
+                        "--yes", *signed_as)  # fmt: skip
+        assert out.exit_code == 0, out.output
+        for item in items:
+            await h.observer.wait_for("released", item.proposal_id)
+        assert (await cli("approve", "--all", "--yes", *signed_as)).exit_code == 2  # no filter
+
+        out = await cli("freeze", "--workspace", "default", "--reason", "drill", *signed_as)
+        assert out.exit_code == 0, out.output
+        assert "Frozen" in out.output
+        out = await cli("thaw", "--workspace", "default", *signed_as)
+        assert "Thawed 1" in out.output
+        out = await cli("grants", "revoke", grant["grant_id"], *signed_as)
+        assert out.exit_code == 0, out.output
+
+        pid = await propose(h.nc, h.subjects, tool="run_shell", arguments={"command": "make z"})
+        (raw,) = await h.observer.wait_for("inbox", pid)
+        out = await cli("approve", raw["request_id"], "--edit", '{"command": "make z-dry"}',
+                        *signed_as)  # fmt: skip
+        assert out.exit_code == 0, out.output
+        (released,) = await h.observer.wait_for("released", pid)
+        assert released["arguments"] == {"command": "make z-dry"}
+        assert (await cli("approve", raw["request_id"], "--edit", "[1]")).exit_code == 2
+
+
+async def test_an_edited_call_is_evaluated_released_with_its_arguments_and_audited_twice(
+    nats_url: str, tmp_path: Path, database_url: str
+) -> None:
+    async with replicas(nats_url, tmp_path, database_url) as (h,):
+        pid = await propose(h.nc, h.subjects, tool="run_shell",
+                            arguments={"command": "make deploy-all"})  # fmt: skip
+        (raw,) = await h.observer.wait_for("inbox", pid)
+        item = InboxItem.model_validate({k: v for k, v in raw.items() if k != "_subject"})
+
+        denied = await approver(h).approve_edited(item, {"command": "rm -rf /"})
+        assert denied.accepted is False
+        assert "denies the edited call" in denied.message
+        assert (await h.service_history(pid))["status"] == "pending"
+
+        result = await approver(h).approve_edited(item, {"command": "make deploy-staging"})
+        assert result.accepted, result.message
+        (released,) = await h.observer.wait_for("released", pid)
+        assert released["arguments"] == {"command": "make deploy-staging"}
+        assert released["edited_from"] == item.proposal_digest
+        edited = item.proposal.model_copy(update={"arguments": released["arguments"]})
+        assert released["proposal_digest"] == edited.digest() != item.proposal_digest
+        (record,) = [ApprovalRecord.model_validate(a) for a in released["approvals"]]
+        assert verify_record(record)
+        assert json.loads(record.signed)["proposal_digest"] == released["proposal_digest"]
+        assert "decision.edited" in await h.audit_kinds()
+        history = await h.service_history(pid)
+        assert history["proposal"]["arguments"] == {"command": "make deploy-all"}  # as proposed

@@ -87,3 +87,22 @@ async def test_an_invalid_answer_does_not_take_the_outcome_of_a_later_proposal_w
         assert [e["outcome"] for e in events] == ["invalid", "denied"]
         stored = await h.stream_events(h.subjects.blocked("agent-1"), "same-id")
         assert [e["outcome"] for e in stored] == ["invalid", "denied"]
+
+
+async def test_the_answer_to_a_huge_malformed_proposal_stays_small(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """A field name as long as the payload is quoted by the validation error: the answer cuts
+    it, so it can always be published, and the intake goes on."""
+    huge = {"id": "huge-1", "agent": "agent-1", "tool": "read_file", "k" * 900_000: 1}
+    async with running_service(nats_url, tmp_path) as h:
+        await h.nc.jetstream().publish(h.subjects.proposals("agent-1"), json.dumps(huge).encode())
+        (blocked,) = await h.observer.wait_for("blocked", "huge-1")
+        assert blocked["outcome"] == "invalid"
+        assert blocked["reason"].startswith("Invalid proposal: kkk")
+        assert blocked["reason"].endswith("…")
+        assert len(blocked["reason"]) <= 2000
+        (dead,) = await h.observer.wait_for("dead")
+        assert dead["deliveries"] == 1
+        pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
+        await h.observer.wait_for("released", pid)

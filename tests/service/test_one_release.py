@@ -17,6 +17,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from tests.service.helpers import (
+    FakeClock,
     Harness,
     decision,
     propose,
@@ -24,7 +25,7 @@ from tests.service.helpers import (
     send_decision,
     wait_until,
 )
-from workflow.service import streams
+from workflow.service import intake, publishing, streams
 
 
 @asynccontextmanager
@@ -194,3 +195,47 @@ async def drained(h: Harness, seen: dict[str, int], agent: str = "agent-1") -> N
 
 async def _value(value: int) -> int:
     return value
+
+
+@pytest.mark.parametrize("reached", [False, True], ids=["lost", "stored"])
+async def test_a_redelivery_past_the_duplicate_window_sends_only_what_the_stream_lacks(
+    nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reached: bool
+) -> None:
+    """Committed, then the publish failed (or only its confirmation did), the outbox could not
+    keep the events, and the redelivery comes after the duplicate window (the service was
+    down for long): the stream is searched, a release it lacks is sent (nothing is lost), a
+    release it holds is not sent again (no second one on the wire or in the stream)."""
+    clock = FakeClock()
+    async with running_service(nats_url, tmp_path, retry_base_delay=0.1, clock=clock) as h:
+        assert h.service.ctx is not None
+        store = h.service.ctx.store
+        real_publish = publishing.publish_events
+        publishes = 0
+
+        async def failing_once(*args: Any) -> Any:
+            nonlocal publishes
+            publishes += 1
+            if publishes == 1:
+                if reached:
+                    await real_publish(*args)  # stored; only the confirmation is "lost"
+                clock.advance(streams.DUPLICATE_WINDOW + 60)  # the service was down
+                raise TimeoutError("no PubAck")
+            return await real_publish(*args)
+
+        async def save_failing(*args: Any) -> None:
+            raise OSError("disk I/O error")
+
+        monkeypatch.setattr(intake, "publish_events", failing_once)
+        monkeypatch.setattr(store.outbox, "save", save_failing)
+        async with counting(h) as seen:
+            pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
+            await h.observer.wait_for("released", pid)
+            await wait_until(lambda: _intake_idle(h), bool)
+            await drained(h, seen)
+            assert seen[pid] == 1
+        assert len(await h.stream_events(h.subjects.released("agent-1"), pid)) == 1
+
+
+async def _intake_idle(h: Harness) -> bool:
+    info = await h.nc.jetstream().consumer_info(h.subjects.stream("proposals"), "intake")
+    return bool(info.num_pending == 0 and info.num_ack_pending == 0)

@@ -83,8 +83,10 @@ async def test_an_approval_step_commits_before_the_intake_batches_queued_before_
 ) -> None:
     """While the writer is busy, intake batches queue, then an approval step: the step is
     committed first (the audit chain records the order of commits)."""
-    await store.proposals.record([record("held")], NOW)
-    loaded = await store.requests.load("held")
+    intake = record("held")
+    assert intake.request is not None
+    await store.proposals.record([intake], NOW)
+    loaded = await store.requests.load(intake.request.request_id)
     assert loaded is not None
     held, version = loaded
     step = StepWrite(

@@ -8,16 +8,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from workflow.classify.engine import classify
 from workflow.effects import AuditEntry, IntakeRecord, StepWrite
-from workflow.messages import Proposal
+from workflow.messages import REQUEST_ID_PREFIX, ApprovalRequirement, Proposal
 from workflow.outcomes import RequestState
 from workflow.policy.engine import evaluate
 from workflow.policy.model import default_policy
-from workflow.routing import intake_events, release_id_for, route
+from workflow.routing import intake_events, release_id_for, request_id_for, route
 from workflow.store.engine import Database, create_engine
 from workflow.store.migrations import MIGRATIONS, migrate
 from workflow.store.repo import Store
@@ -177,7 +178,7 @@ async def test_the_intake_events_are_rebuilt_byte_for_byte_from_the_stored_row(
 async def test_a_stale_version_cannot_change_a_request(store: Store) -> None:
     rec = record("p1")
     await store.proposals.record([rec], NOW)
-    loaded = await store.requests.load("p1")
+    loaded = await store.requests.load_for_proposal("p1")
     assert loaded is not None
     held, version = loaded
     write = StepWrite(
@@ -262,3 +263,50 @@ async def test_audit_verify_command_reports_tampering(tmp_path: Path) -> None:
     bad = subprocess.run(run, capture_output=True, text=True, check=False)
     assert bad.returncode == 1
     assert "broken at record 2" in bad.stdout
+
+
+def legacy_record(pid: str) -> IntakeRecord:
+    """A held write whose proposal id is not checked (stored before ids had namespaces)."""
+    proposal = Proposal.model_construct(
+        id=pid, agent="attacker", workspace="default", source=None, tool="write_file",
+        arguments={"path": "/home/victim/.bashrc"}, tool_definition=None, capability=None,
+        context=None, intent=None, created_at=None,
+    )  # fmt: skip
+    policy = default_policy()
+    c = classify(proposal, policy.classifier_tables())
+    return route(
+        SUBJECTS, proposal, proposal.model_dump_json(), c, evaluate(proposal, c, policy), NOW
+    )
+
+
+async def test_a_proposal_id_equal_to_a_request_id_is_never_taken_for_that_request(
+    store: Store,
+) -> None:
+    """Lookups by request id match request ids only. The attacker's row is written first and
+    the victim's request is updated after (PostgreSQL then returns it after the attacker's):
+    whatever the row order, the victim's request id finds the victim's request."""
+    victim = record("victim-1")
+    victim_rid = request_id_for("victim-1")
+    attacker = legacy_record(victim_rid)
+    await store.proposals.record([attacker], NOW)
+    await store.proposals.record([victim], NOW)
+    raised = ApprovalRequirement(quorum=2).model_dump_json()
+    await store.requests.commit_step(
+        StepWrite(request_id=victim_rid, expected_version=0, requirement=raised), NOW
+    )
+    loaded = await store.requests.load(victim_rid)
+    assert loaded is not None
+    assert (loaded[0].proposal_id, loaded[1]) == ("victim-1", 1)
+    history = await store.proposals.history(victim_rid)
+    assert history is not None
+    assert history["proposal"].id == "victim-1"
+    assert history["request"].request_id == victim_rid
+    own = await store.requests.load_for_proposal(victim_rid)
+    assert own is not None
+    assert own[0].request_id == request_id_for(victim_rid)  # the attacker's own request
+
+
+def test_request_ids_are_in_a_namespace_no_proposal_id_may_enter() -> None:
+    assert request_id_for("anything").startswith(REQUEST_ID_PREFIX)
+    with pytest.raises(ValidationError, match="may not start with 'rq_'"):
+        Proposal(id=request_id_for("victim-1"), agent="attacker", tool="write_file")

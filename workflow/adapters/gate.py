@@ -12,9 +12,10 @@ request instead of opening another.
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from workflow.adapters.calls import (
     NEUTRAL,
@@ -27,28 +28,18 @@ from workflow.adapters.calls import (
     proposal_base,
     proposal_id,
 )
+from workflow.adapters.options import GateOptions
 from workflow.client import transport
 from workflow.client.agent import Headgate, Ticket
 from workflow.client.connection import Role, resolve_nats
 from workflow.client.errors import ResultTimeout
+from workflow.client.results import OutcomeEvent
 from workflow.client.worker import report_execution
-from workflow.messages import Blocked, ProposalHistory
+from workflow.messages import Blocked, ProposalHistory, Released, ToolDefinition
 from workflow.outcomes import Outcome
 from workflow.routing import release_id_for
 
 _TOKEN_BAD = re.compile(r"[^A-Za-z0-9_-]+")
-
-
-@dataclass(frozen=True)
-class GateOptions:
-    agent: str
-    workspace: str = "default"
-    #: Seconds to hold the client for a decision before answering "pending".
-    wait: float = 20.0
-    connect_timeout: float = 3.0
-    prefix: str = "headgate"
-    nats_url: str | None = None
-    data_dir: Path | None = None
 
 
 async def decide(call: HookCall, options: GateOptions) -> Answer:
@@ -61,16 +52,45 @@ async def decide(call: HookCall, options: GateOptions) -> Answer:
         connect_timeout=options.connect_timeout, max_reconnect_attempts=0,
         data_dir=options.data_dir,  # where `serve` wrote its key (service.pub): trusted events
     ) as hg:  # fmt: skip
-        base = proposal_base(call, options.agent, options.workspace)
-        generation, found = await current(hg, base)
         if call.phase is Phase.AFTER:
-            await _report(hg, call, proposal_id(base, generation), found)
+            await report(hg, call)
             return NEUTRAL
-        if found is not None and _spent(found):
-            generation, found = generation + 1, None
-        pid = proposal_id(base, generation)
-        ticket = await (hg.ticket(pid) if found is not None else _propose(hg, call, pid))
-        return await _outcome(ticket, call, options.wait)
+        return (await gate(hg, call, options.wait)).answer
+
+
+#: Called while a call waits for its decision: (seconds waited, the request id if held).
+Progress = Callable[[float, str | None], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Gated:
+    """Headgate's answer to a call, and the proposal it is about."""
+
+    answer: Answer
+    proposal_id: str
+    released: Released | None = None
+
+
+async def gate(
+    hg: Headgate, call: HookCall, wait: float, *, definition: ToolDefinition | None = None,
+    progress: Progress | None = None, every: float = 5.0,
+    on_proposal: Callable[[str], None] | None = None,
+) -> Gated:  # fmt: skip
+    """Propose the call (or find the proposal an earlier attempt made) and wait up to `wait`
+    seconds for its outcome, calling `progress` every `every` seconds meanwhile, and
+    `on_proposal` with the proposal's id as soon as it is known."""
+    base = proposal_base(call, hg.agent, hg.workspace)
+    generation, found = await current(hg, base)
+    if found is not None and _spent(found):
+        generation, found = generation + 1, None
+    pid = proposal_id(base, generation)
+    if on_proposal is not None:
+        on_proposal(pid)
+    if found is not None:
+        ticket = await hg.ticket(pid)
+    else:
+        ticket = await _propose(hg, call, pid, definition)
+    return await _outcome(ticket, call, wait, progress, every)
 
 
 async def current(hg: Headgate, base: str) -> tuple[int, ProposalHistory | None]:
@@ -108,35 +128,66 @@ def _spent(history: ProposalHistory) -> bool:
     return history.status == Outcome.RELEASED and _executed(history)
 
 
-async def _propose(hg: Headgate, call: HookCall, pid: str) -> Ticket:
+async def _propose(
+    hg: Headgate, call: HookCall, pid: str, definition: ToolDefinition | None
+) -> Ticket:
     source = _TOKEN_BAD.sub("_", call.server)[:128] if call.server else None
     return await hg.propose(
         call.tool, call.arguments, intent=call.intent, source=source, proposal_id=pid,
+        definition=definition,
         context={"cwd": call.cwd, "client": call.client, "session_id": call.session_id},
     )  # fmt: skip
 
 
-async def _outcome(ticket: Ticket, call: HookCall, wait: float) -> Answer:
+async def _wait(
+    ticket: Ticket, wait: float, progress: Progress | None, every: float
+) -> OutcomeEvent | None:
+    """The outcome, or None when there is none after `wait` seconds."""
+    waiting = asyncio.ensure_future(ticket.result(timeout=wait))
+    started = asyncio.get_running_loop().time()
     try:
-        outcome = await ticket.result(timeout=wait)
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=every if progress else None)
+            if done:
+                break
+            if progress is not None:
+                waited = asyncio.get_running_loop().time() - started
+                await progress(waited, ticket.request_id)
+        return waiting.result()
     except ResultTimeout:
-        return Answer(Action.DENY, pending_reason(ticket.request_id, ticket.proposal_id, wait))
+        return None
+    finally:
+        waiting.cancel()
+
+
+async def _outcome(
+    ticket: Ticket, call: HookCall, wait: float, progress: Progress | None, every: float
+) -> Gated:
+    pid = ticket.proposal_id
+    outcome = await _wait(ticket, wait, progress, every)
+    if outcome is None:
+        return Gated(Answer(Action.DENY, pending_reason(ticket.request_id, pid, wait)), pid)
     if isinstance(outcome, Blocked):
         reason = blocked_reason(outcome.outcome, outcome.reason, outcome.request_id)
-        return Answer(Action.DENY, reason)
+        return Gated(Answer(Action.DENY, reason), pid)
     why = (
         f"approved in Headgate (request {outcome.request_id})"
         if outcome.request_id
         else "allowed by Headgate's policy"
     )
     changed = outcome.arguments if outcome.arguments != call.arguments else None
-    return Answer(Action.ALLOW, why, changed)
+    return Gated(Answer(Action.ALLOW, why, changed), pid, outcome)
 
 
-async def _report(hg: Headgate, call: HookCall, pid: str, found: ProposalHistory | None) -> None:
-    """Report the call as executed, once, if Headgate released it and it was not reported."""
+async def report(hg: Headgate, call: HookCall) -> str | None:
+    """Report a call that ran as executed, once, if Headgate released it and it was not
+    reported yet; returns the proposal reported."""
+    base = proposal_base(call, hg.agent, hg.workspace)
+    generation, found = await current(hg, base)
     if found is None or found.status != Outcome.RELEASED or _executed(found):
-        return
+        return None
+    pid = proposal_id(base, generation)
     await report_execution(
         hg.nc, hg.subjects, release_id_for(pid), pid, hg.agent, call.succeeded, call.summary
     )
+    return pid

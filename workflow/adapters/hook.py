@@ -10,17 +10,21 @@ same answer should the event loop itself get stuck.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import getpass
 import json
 import os
 import signal
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
 from workflow.adapters import claude_code, codex, cursor, gemini
 from workflow.adapters.calls import (
+    BLOCK,
     Action,
     Answer,
     Client,
@@ -31,7 +35,7 @@ from workflow.adapters.calls import (
     block,
     unavailable_reason,
 )
-from workflow.adapters.gate import GateOptions, decide
+from workflow.adapters.options import GateOptions
 
 CLIENTS: dict[str, Client] = {
     c.name: c for c in (claude_code.CLIENT, codex.CLIENT, gemini.CLIENT, cursor.CLIENT)
@@ -78,6 +82,8 @@ def answer(client: Client, raw: str, options: GateOptions) -> Reply:
         call = _parse(client, raw)
         if call.phase is Phase.OTHER:
             return client.render(call, Answer(Action.NEUTRAL))
+        from workflow.adapters.gate import decide  # the SDK and NATS: only for a tool call
+
         decided = asyncio.run(asyncio.wait_for(decide(call, options), budget(options)))
         return client.render(call, decided)
     except Exception as exc:
@@ -129,3 +135,60 @@ def run(client_name: str, options: GateOptions, stdin: TextIO | None = None) -> 
 def print_config(client_name: str, command: str, options: GateOptions) -> str:
     client = CLIENTS[client_name]
     return client.config(command, client_timeout(options))
+
+
+# --------------------------------------------------------------------------- the command line
+
+CLIENT_NAMES = tuple(CLIENTS)
+
+
+def parser() -> argparse.ArgumentParser:
+    """`headgate hook CLIENT [options]` without the CLI framework: a hook starts per tool call,
+    so it skips loading typer and rich (`--help` and `--print-config` go through the full CLI,
+    `workflow.cli.hook`, which takes the same options)."""
+    env = os.environ.get
+    p = argparse.ArgumentParser(prog="headgate hook", add_help=False)
+    p.add_argument("client", choices=CLIENT_NAMES)
+    p.add_argument("--agent", default=env("HEADGATE_AGENT"))
+    p.add_argument("--workspace", default=env("HEADGATE_WORKSPACE") or "default")
+    p.add_argument("--wait", type=float, default=20.0)
+    p.add_argument("--connect-timeout", type=float, default=3.0)
+    p.add_argument("--nats-url", default=env("HEADGATE_NATS_URL"))
+    p.add_argument("--data-dir", type=Path, default=Path(env("HEADGATE_DATA_DIR") or ".headgate"))
+    p.add_argument("--prefix", default=env("HEADGATE_PREFIX") or "headgate")
+    return p
+
+
+def options_for(
+    client: str, *, agent: str | None, workspace: str, wait: float, connect_timeout: float,
+    nats_url: str | None, data_dir: Path, prefix: str,
+) -> GateOptions:  # fmt: skip
+    """The hook's options; one place for both command lines."""
+    from workflow.adapters.calls import default_agent
+
+    if wait < 0 or connect_timeout <= 0:
+        raise ValueError("--wait must be >= 0 and --connect-timeout > 0")
+    try:
+        user: str | None = getpass.getuser()
+    except Exception:
+        user = None
+    return GateOptions(
+        agent=agent or default_agent(client, user), workspace=workspace, wait=wait,
+        connect_timeout=connect_timeout, prefix=prefix, nats_url=nats_url or None,
+        data_dir=data_dir.absolute(),
+    )  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    """`headgate hook …` from the entry point; a bad command line blocks the call (exit 2)."""
+    args = parser().parse_args(argv)  # exits 2 with the usage on stderr: a block
+    try:
+        options = options_for(
+            args.client, agent=args.agent, workspace=args.workspace, wait=args.wait,
+            connect_timeout=args.connect_timeout, nats_url=args.nats_url,
+            data_dir=args.data_dir, prefix=args.prefix,
+        )  # fmt: skip
+    except ValueError as exc:
+        sys.stderr.write(f"headgate hook: {exc}\n")
+        return BLOCK
+    return run(args.client, options)

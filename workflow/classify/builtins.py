@@ -173,8 +173,37 @@ def _read(name: str, args: list[Word], st: ShellState) -> None:
 
 
 def _mapfile(name: str, args: list[Word], st: ShellState) -> None:
-    _, names = _operands(args, frozenset({"-d", "-n", "-O", "-s", "-u", "-C", "-c"}))
+    opts, names = _operands(args, frozenset({"-d", "-n", "-O", "-s", "-u", "-C", "-c"}))
     check_names(names[-1:], st, "reads input into")
+    if "C" in _flags(opts):
+        st.add(
+            shell_feature(
+                "shell.mapfile_callback", f"`{name} -C` runs a command for every few lines it reads"
+            )
+        )
+
+
+def _compgen(name: str, args: list[Word], st: ShellState) -> None:
+    opts, _ = _operands(args, frozenset({"-C", "-F", "-G", "-W", "-X", "-P", "-S", "-A", "-o"}))
+    if _flags(opts) & {"C", "F"}:
+        st.add(
+            shell_feature(
+                "shell.compgen_command",
+                f"`{shown([Word.of(name), *args])}` runs "
+                "a command or a function to list completions",
+            )
+        )
+
+
+def _fc(name: str, args: list[Word], st: ShellState) -> None:
+    opts, _ = _operands(args, frozenset({"-e"}))
+    if not _flags(opts) & {"l"} or _flags(opts) & {"e", "s"}:
+        st.add(
+            shell_feature(
+                "shell.history_rerun",
+                f"`{shown([Word.of(name), *args])}` runs commands again from the shell's history",
+            )
+        )
 
 
 def _getopts(name: str, args: list[Word], st: ShellState) -> None:
@@ -200,6 +229,8 @@ HANDLERS: dict[str, Callable[[str, list[Word], ShellState], None]] = {
     "mapfile": _mapfile,
     "readarray": _mapfile,
     "getopts": _getopts,
+    "compgen": _compgen,
+    "fc": _fc,
     "unset": _unset,
 }
 

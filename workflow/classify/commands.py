@@ -130,6 +130,15 @@ def analyse_argv(
     words: list[Word], st: ShellState, stdin_text: str | None = None
 ) -> frozenset[str]:
     """Classify one simple command; adds findings to `st` and returns its traits."""
+    st.charge(len(words) + 1)
+    st.enter()
+    try:
+        return _analyse(words, st, stdin_text)
+    finally:
+        st.leave()
+
+
+def _analyse(words: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
     if not words:
         return frozenset()
     head = words[0]

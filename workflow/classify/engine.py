@@ -47,6 +47,19 @@ _CAPABILITY: dict[Capability, tuple[RiskClass, Severity, tuple[Category, ...], s
 }
 
 
+#: The rule id of each declared capability (declared in rulebook/tools.py).
+CAPABILITY_RULES: dict[Capability, str] = {
+    Capability.READ: "capability.read",
+    Capability.LIST: "capability.list",
+    Capability.WRITE: "capability.write",
+    Capability.PERSIST: "capability.persist",
+    Capability.EXEC: "capability.exec",
+    Capability.EGRESS_FETCH: "capability.egress_fetch",
+    Capability.EGRESS_PROVIDER: "capability.egress_provider",
+    Capability.AUTHZ: "capability.authz",
+}
+
+
 def _table_rule(tool: str, tables: ClassifierTables, acc: Accumulator) -> ToolRule | None:
     builtin = BUILTIN_TOOLS.get(tool)
     override = tables.overrides.get(tool)
@@ -90,7 +103,7 @@ def _capability(proposal: Proposal) -> list[Finding]:
     risk, sev, cats, what = _CAPABILITY[cap]
     return [
         finding(
-            f"capability.{cap.value}",
+            CAPABILITY_RULES[cap],
             f"The proposal declares `{cap.value}`: it {what} ({risk}, {sev}).",
             risk,
             sev,
@@ -130,10 +143,11 @@ def _tool_layer(
     elif rule is None and not is_shell:
         acc.add(_unknown(tool, "is not a known tool"))
     elif not is_shell and rule is not None:
-        source = "built-in table" if rule is BUILTIN_TOOLS.get(tool) else "operator override"
+        builtin = rule is BUILTIN_TOOLS.get(tool)
+        source = "built-in table" if builtin else "operator override"
         acc.add(
             finding(
-                "table.builtin" if source == "built-in table" else "table.override",
+                "table.builtin" if builtin else "table.override",  # both in rulebook/tools.py
                 f"The {source} classifies `{tool}` as {rule.risk_class} ({rule.severity}).",
                 rule.risk_class,
                 rule.severity,

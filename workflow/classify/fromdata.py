@@ -14,6 +14,7 @@ import re
 
 from workflow.classify import commands, rules
 from workflow.classify.findings import finding
+from workflow.classify.grammar import find_primaries
 from workflow.classify.readonly import READ_ONLY
 from workflow.classify.shellstate import DYNAMIC, UNKNOWN_WORD, ShellState, Word, shown
 from workflow.classify.targets import Access, check_path
@@ -289,20 +290,14 @@ _FIND_WRITES = frozenset({"-delete", "-fprint", "-fprint0", "-fprintf", "-fls"})
 
 def find(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
     traits: set[str] = set()
-    i = 0
-    while i < len(args):
-        if args[i].value in ("-exec", "-execdir", "-ok", "-okdir"):
-            end = i + 1
-            while end < len(args) and args[end].value not in (";", "+"):
-                end += 1
+    for primary, values in find_primaries(args):  # grammar.py: a value is never a primary
+        if primary in ("-exec", "-execdir", "-ok", "-okdir"):
             # GNU find replaces `{}` anywhere inside an argument, not only a whole `{}`.
-            inner, _ = _replaced(args[i + 1 : end], "{}")
+            inner, _ = _replaced(values, "{}")
             interpreter = runs_interpreter(inner)
             if interpreter is not None:
                 _interpreter_on_data(f"find {shown(args)}", interpreter, st)
             traits |= commands.analyse_argv(inner, st, None)
-            i = end
-        i += 1
     rules.find_rules(args, st)
     checker = READ_ONLY["find"]
     roots = [w for w in args if not w.text.startswith(("-", "(", "!", ")"))][:1]

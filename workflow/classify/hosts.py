@@ -3,7 +3,8 @@
 A URL is parsed, not pattern-matched: the host is what a client would connect to, so
 `https://trusted.com@evil.com` is egress to evil.com. IP literals in any spelling (dotted,
 decimal, hex, octal, IPv6) are recognised; internationalised names are compared in their
-IDNA (punycode) form. Unknown or unparseable hosts count as untrusted.
+IDNA form, computed as clients compute it (UTS #46, non-transitional). Unknown or
+unparseable hosts count as untrusted.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import ipaddress
 import re
 from functools import lru_cache
 from urllib.parse import urlsplit
+
+import idna
 
 from workflow.classify.findings import Finding, finding, note
 from workflow.classify.taxonomy import Category, RiskClass, Severity
@@ -86,9 +89,20 @@ def parse_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 
 def _idna(host: str) -> str | None:
+    """The ASCII name a client connects to for `host`, or None when clients refuse it.
+
+    Non-ASCII names go through UTS #46 non-transitional processing (IDNA 2008), as curl,
+    httpx and browsers do: `faß.de` is `xn--fa-hia.de`, not `fass.de` (what Python's IDNA
+    2003 codec says). ASCII names are only lower-cased: clients send them as they are.
+    """
+    if host.isascii():
+        try:
+            return host.encode("idna").decode("ascii").lower()
+        except UnicodeError:
+            return None
     try:
-        return host.encode("idna").decode("ascii").lower()
-    except UnicodeError:
+        return idna.encode(host, uts46=True, transitional=False).decode("ascii").lower()
+    except (idna.IDNAError, UnicodeError):
         return None
 
 

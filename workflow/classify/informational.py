@@ -26,7 +26,7 @@ SHORT_HELP = frozenset(
     {
         "sudo", "curl", "apt-get", "apt", "apt-cache", "pip", "pip3", "kubectl", "helm", "docker",
         "podman", "gh", "git", "rg", "fd", "bat", "jq", "yq", "nc", "ncat", "wget", "rsync",
-        "terraform", "tofu", "npm", "uv", "ruff", "pytest", "node", "python", "python3", "xz",
+        "terraform", "tofu", "npm", "uv", "ruff", "node", "python", "python3", "xz",
         "gzip", "zstd", "unzip", "psql", "mysql", "sqlite3", "redis-cli", "ssh-keygen", "aws",
         "gcloud", "az",
     }
@@ -67,18 +67,34 @@ GROUPS = frozenset(
 #: (a wrapper or an interpreter would run the next word as a program instead).
 SUBCOMMAND_TOOLS = frozenset(
     {"git", "docker", "podman", "kubectl", "helm", "terraform", "tofu", "pip", "pip3", "npm",
-     "yarn", "pnpm", "cargo", "go", "uv", "poetry", "gh", "glab", "aws", "gcloud", "az", "apt",
-     "apt-get", "apt-cache", "systemctl", "conda", "brew", "gem", "bundle", "composer",
+     "pnpm", "cargo", "go", "uv", "poetry", "gh", "glab", "aws", "gcloud", "az", "apt",
+     "apt-get", "apt-cache", "systemctl", "conda", "brew", "gem", "bundle",
      "dotnet", "make", "ip", "flyctl", "doctl", "pulumi", "vercel", "heroku", "openssl"}
 )  # fmt: skip
-#: Machines' power commands: never informational (`shutdown -h` halts).
-_NEVER = frozenset({"shutdown", "reboot", "halt", "poweroff", "init", "telinit", "format"})
+#: Never informational: the machine's power commands (`shutdown -h` halts), and programs that
+#: load project code before they look at their options: pytest (conftest.py, plugins), yarn
+#: (the project's `.yarn/plugins`), composer (the project's plugins).
+NEVER_INFORMATIONAL = frozenset(
+    {
+        "shutdown",
+        "reboot",
+        "halt",
+        "poweroff",
+        "init",
+        "telinit",
+        "format",
+        "pytest",
+        "py.test",
+        "yarn",
+        "composer",
+    }
+)
 _WORD = re.compile(r"[a-z][a-z0-9-]*")
 
 
 def is_informational(name: str, args: list[Word], known: bool) -> bool:
     """True when `name args` only prints help or a version (see the module docstring)."""
-    if not known or name in _NEVER or not args or any(a.value is None for a in args):
+    if not known or name in NEVER_INFORMATIONAL or not args or any(a.value is None for a in args):
         return False
     vals = [a.text for a in args]
     if len(vals) == 1:
@@ -93,6 +109,8 @@ def is_informational(name: str, args: list[Word], known: bool) -> bool:
             return True
         if flag == "version" and name in VERSION_WORD:
             return True
+    if name in ("aws", "az") and vals[-1] == "help" and len(vals) <= 3:  # `aws s3 help`
+        return all(_WORD.fullmatch(v) for v in vals)
     if name in HELP_WORD and vals[0] == "help" and len(vals) <= 3:
         return all(_WORD.fullmatch(v) for v in vals[1:])
     if name == "kubectl" and vals == ["version", "--client"]:

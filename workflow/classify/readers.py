@@ -14,8 +14,8 @@ pattern (`grep PATTERN FILE`, `awk PROGRAM FILE`) unless an option gave it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from workflow.classify.findings import Finding, finding
 from workflow.classify.grammar import Effect, Grammar, Parsed, effects_of, parse
@@ -45,6 +45,11 @@ class Reader:
     in_place: frozenset[str] = frozenset()
     #: Operands starting with `+` are commands run at start-up (`less +G`).
     plus: bool = False
+    #: Options that make the operands files whose contents it prints (`tree --fromfile`,
+    #: `man -l`).
+    reads_operands: frozenset[str] = frozenset()
+    #: First operands that are subcommands and what they do (`bat cache` writes its cache).
+    subcommands: Mapping[str, Effect] = field(default_factory=dict)
 
 
 #: Start-up commands of less and more that only move or search.
@@ -167,6 +172,35 @@ def _program(found: list[Finding], base: str, st: ShellState) -> str:
     return base
 
 
+def _written_operands(
+    reader: Reader,
+    cmd: str,
+    name: str,
+    parsed: Parsed,
+    operands: list[Word],
+    writes: list[Word],
+    st: ShellState,
+    base: str,
+) -> tuple[str, list[Word]]:
+    """Operands it writes (`uniq IN OUT`, `sed -i FILE`, `bat cache`): added to `writes`;
+    returns the base and the operands left to read."""
+    wrote = False
+    if reader.outputs is not None and len(operands) > reader.outputs:
+        outs = operands[reader.outputs :]
+        operands = operands[: reader.outputs]
+        st.add(option_writes(cmd, name, f"the operand {outs[0].text}"))
+        writes.extend(outs)
+        wrote = True
+    if reader.in_place and parsed.has(*reader.in_place):
+        st.add(option_writes(cmd, name, "in place"))
+        writes.extend(operands)
+        wrote = True
+    if reader.subcommands and operands and operands[0].text in reader.subcommands:
+        st.add(option_writes(cmd, name, operands[0].text))
+        wrote = True
+    return ("write" if wrote and base == "read" else base), operands
+
+
 def read_command(reader: Reader, name: str, args: list[Word], st: ShellState) -> Result:
     """Classify one reader invocation; adds findings to `st`."""
     g = reader.grammar
@@ -185,25 +219,17 @@ def read_command(reader: Reader, name: str, args: list[Word], st: ShellState) ->
         texts, operands = operands[: reader.text], operands[reader.text :]
     if reader.program is not None:
         base = _program(reader.program(name, texts, parsed, st), base, st)
-    if reader.outputs is not None and len(operands) > reader.outputs:
-        outs = operands[reader.outputs :]
-        operands = operands[: reader.outputs]
-        st.add(option_writes(cmd, name, f"the operand {outs[0].text}"))
-        writes.extend(outs)
-        base = "write" if base == "read" else base
-    if reader.in_place and parsed.has(*reader.in_place):
-        st.add(option_writes(cmd, name, "in place"))
-        writes.extend(operands)
-        base = "write" if base == "read" else base
+    base, operands = _written_operands(reader, cmd, name, parsed, operands, writes, st, base)
     traits = reader.traits(parsed) if reader.traits is not None else frozenset()
-    if reader.operands == "paths":
+    kind = "paths" if parsed.has(*reader.reads_operands) else reader.operands
+    if kind == "paths":
         for w in operands:
             if w.text != "-":  # every value the word may take (`${X:-default}`, `f=…; $f`)
                 for candidate in (w.approx, *w.alts):
                     st.add(*check_path(candidate, st.cwd, st.rules, Access.READ, f"`{cmd}`"))
             if w.value is None and NAMES_PROTECTED in w.traits:
                 st.add(named_by_substitution(cmd))
-    elif reader.operands == "data" and name in _PRINTERS:
+    elif kind == "data" and name in _PRINTERS:
         # `cat $(echo ~/.ssh/id_rsa)`: what it prints may become another command's file name
         if any(
             check_path(candidate, st.cwd, st.rules, Access.READ, "")

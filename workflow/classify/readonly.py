@@ -24,7 +24,7 @@ from workflow.classify.grammar import (
     parse,
 )
 from workflow.classify.readers import Reader, decoding
-from workflow.classify.scripts import awk_program, jq_program, sed_program
+from workflow.classify.scripts import awk_program, jq_program, ps_options, sed_program, yq_program
 from workflow.classify.shellstate import Word
 
 E, W, WS, R = Effect.EXEC, Effect.WRITE, Effect.WRITES, Effect.READ
@@ -45,7 +45,7 @@ def _g(
 _PLAIN = _g()
 
 
-def _simple(operands: str, values: str = "", long_values: Iterable[str] = ()) -> Reader:
+def _reader(operands: str, values: str = "", long_values: Iterable[str] = ()) -> Reader:
     return Reader(_g(values, long_values), operands)
 
 
@@ -310,9 +310,6 @@ _MAN = _g(
         "-C": E,
         "--config-file": E,
         "--browser": E,
-        "-r": E,
-        "--prompt": E,
-        "--recode": W,
     },
     optional="HXT",
     long_optional=("--html", "--gxditview", "--troff-device", "--warnings"),
@@ -609,7 +606,6 @@ READERS: dict[str, Reader] = {
         name: _PATHS
         for name in (
             "cat",
-            "wc",
             "tac",
             "rev",
             "md5sum",
@@ -629,32 +625,33 @@ READERS: dict[str, Reader] = {
             "comm",
         )
     },
-    "head": _simple("paths", "nc", ("--lines", "--bytes")),
-    "tail": _simple(
+    "wc": Reader(_g(long_values=("--files0-from",), effects={"--files0-from": R}), "paths"),
+    "head": _reader("paths", "nc", ("--lines", "--bytes")),
+    "tail": _reader(
         "paths", "ncs", ("--lines", "--bytes", "--pid", "--sleep-interval", "--max-unchanged-stats")
     ),
-    "cut": _simple(
+    "cut": _reader(
         "paths",
         "bcdf",
         ("--bytes", "--characters", "--delimiter", "--fields", "--output-delimiter"),
     ),
-    "cmp": _simple("paths", "in", ("--ignore-initial", "--bytes")),
-    "join": _simple("paths", "aejotv12"),
-    "paste": _simple("paths", "d", ("--delimiters",)),
-    "nl": _simple("paths", "bdfhilnsvw"),
-    "od": _simple(
+    "cmp": _reader("paths", "in", ("--ignore-initial", "--bytes")),
+    "join": _reader("paths", "aejotv12"),
+    "paste": _reader("paths", "d", ("--delimiters",)),
+    "nl": _reader("paths", "bdfhilnsvw"),
+    "od": _reader(
         "paths", "AjNtwS", ("--address-radix", "--skip-bytes", "--read-bytes", "--format")
     ),
     "hexdump": Reader(_g("efns", effects={"-f": R}), "paths"),
-    "strings": _simple(
+    "strings": _reader(
         "paths", "nteTs", ("--bytes", "--radix", "--encoding", "--target", "--output-separator")
     ),
-    "column": _simple("paths", "csoNRHWTEnl"),
-    "fold": _simple("paths", "w", ("--width",)),
-    "fmt": _simple("paths", "wpg", ("--width", "--prefix", "--goal")),
-    "pr": _simple("paths", "hwlNoWD"),
-    "expand": _simple("paths", "t", ("--tabs",)),
-    "unexpand": _simple("paths", "t", ("--tabs",)),
+    "column": _reader("paths", "csoNRHWTEnl"),
+    "fold": _reader("paths", "w", ("--width",)),
+    "fmt": _reader("paths", "wpg", ("--width", "--prefix", "--goal")),
+    "pr": _reader("paths", "hwlNoWD"),
+    "expand": _reader("paths", "t", ("--tabs",)),
+    "unexpand": _reader("paths", "t", ("--tabs",)),
     "look": Reader(_g("t"), "paths", text=1),
     "grep": _GREP_READER,
     "egrep": _GREP_READER,
@@ -665,16 +662,16 @@ READERS: dict[str, Reader] = {
     "ack": Reader(_ACK, "paths", text=1, no_text=frozenset({"-f", "-g"})),
     "fd": Reader(_FD, "names", text=1),
     "fdfind": Reader(_FD, "names", text=1),
-    "bat": Reader(_BAT, "paths"),
-    "batcat": Reader(_BAT, "paths"),
-    "exa": _simple("names", "LsIt", ("--level", "--sort", "--ignore-glob", "--time")),
-    "eza": _simple("names", "LsIt", ("--level", "--sort", "--ignore-glob", "--time")),
-    "tree": Reader(_TREE, "names"),
+    "bat": Reader(_BAT, "paths", subcommands={"cache": WS}),
+    "batcat": Reader(_BAT, "paths", subcommands={"cache": WS}),
+    "exa": _reader("names", "LsIt", ("--level", "--sort", "--ignore-glob", "--time")),
+    "eza": _reader("names", "LsIt", ("--level", "--sort", "--ignore-glob", "--time")),
+    "tree": Reader(_TREE, "names", reads_operands=frozenset({"--fromfile"})),
     "du": Reader(_DU, "names"),
     "file": Reader(_FILE, "names"),
     "less": Reader(_LESS, "paths", plus=True),
     "more": Reader(_g("n"), "paths", plus=True),
-    "man": Reader(_MAN, "data"),
+    "man": Reader(_MAN, "data", reads_operands=frozenset({"-l", "--local-file"})),
     "sed": Reader(
         _SED,
         "paths",
@@ -696,6 +693,13 @@ READERS: dict[str, Reader] = {
     "jq": Reader(
         _JQ, "paths", text=1, text_options=frozenset({"-f", "--from-file"}), program=jq_program
     ),
+    "yq": Reader(
+        _YQ,
+        "paths",
+        text=1,
+        program=yq_program,
+        in_place=frozenset({"-i", "--inplace"}),
+    ),
     "sort": Reader(_SORT, "paths"),
     "uniq": Reader(
         _g("fsw", ("--skip-fields", "--skip-chars", "--check-chars")), "paths", outputs=1
@@ -705,7 +709,7 @@ READERS: dict[str, Reader] = {
     "iconv": Reader(_ICONV, "paths"),
     "shuf": Reader(_SHUF, "paths"),
     "diff": Reader(_DIFF, "paths"),
-    "ps": Reader(_PS, "data"),
+    "ps": Reader(_PS, "data", program=ps_options),
     "hash": Reader(_HASH, "data"),
     "printf": Reader(_PRINTF, "data"),
     "last": Reader(_LAST, "data"),
@@ -714,7 +718,10 @@ READERS: dict[str, Reader] = {
     "ss": Reader(_SS, "data"),
     "dmesg": Reader(_DMESG, "data"),
     "top": Reader(_TOP, "data"),
-    **{n: _DATA for n in ("netstat", "findmnt", "lsmod", "lspci", "lsusb", "htop")},
+    **{
+        n: _DATA
+        for n in ("netstat", "findmnt", "lsmod", "lspci", "lsusb", "htop", "lsb_release", "sw_vers")
+    },
 }
 
 
@@ -804,7 +811,7 @@ _GIT_UNSAFE = (
     "--exec",
 )
 #: Subcommands that change files unless given -n/--dry-run.
-_GIT_DRY_RUN = frozenset({"clean", "add", "rm", "mv"})
+_GIT_DRY_RUN = frozenset({"clean", "add", "rm", "mv", "commit"})
 _BRANCH_WRITE = frozenset(
     {
         "-d",
@@ -895,8 +902,12 @@ def _git_listing(sub: str, rest: list[str]) -> bool:
         )
     if sub == "tag":
         return not positional or any(f in ("-l", "--list", "--contains") for f in flags)
-    if sub == "remote":
-        return not positional or positional[0] == "get-url"
+    if sub == "remote":  # `show NAME` asks the remote unless -n
+        return (
+            not positional
+            or positional[0] == "get-url"
+            or (positional[0] == "show" and "-n" in flags)
+        )
     if sub in ("stash", "worktree", "notes", "submodule"):
         return bool(positional) and positional[0] in ("list", "show", "status")
     if sub == "reflog":

@@ -121,7 +121,7 @@ def privileged_wrapper(name: str, args: list[Word]) -> Finding:
     root_shell = not _positional(args) or _has_flag(args, "-i", "-s", "--login", "--shell")
     sev = CRIT if root_shell and name in ("sudo", "doas", "su") else HIGH
     return finding(
-        f"shell.{name}",
+        "shell.privileged_wrapper",
         f"`{name} {shown(args)}`".replace(" `", "`") + " runs with another user's "
         f"privileges (privileged, {sev}).",
         X,
@@ -191,15 +191,11 @@ def _rm(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> 
     )
     sev = CRIT if wide and recursive else HIGH if recursive else MED
     what = "recursively deletes" if recursive else "deletes"
-    st.add(
-        finding(
-            "shell.rm_recursive" if recursive else "shell.rm",
-            f"`{name} {shown(args)}` {what} files (destructive, {sev}).",
-            DE,
-            sev,
-            D,
-        )
-    )
+    message = f"`{name} {shown(args)}` {what} files (destructive, {sev})."
+    if recursive:
+        st.add(finding("shell.rm_recursive", message, DE, sev, D))
+    else:
+        st.add(finding("shell.rm", message, DE, sev, D))
     return EXEC
 
 
@@ -230,7 +226,7 @@ def _dd(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> 
 def _truncation(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
     st.add(
         finding(
-            f"shell.{name}",
+            "shell.truncation",
             f"`{name} {shown(args)}` destroys file contents (destructive, high).",
             DE,
             HIGH,
@@ -268,18 +264,30 @@ def sql_findings(client: str, sql: str) -> list[Finding]:
             )
         )
     for stmt in sql.split(";"):
-        for pattern, verb in ((_SQL_DELETE, "DELETE"), (_SQL_UPDATE, "UPDATE")):
-            if pattern.search(stmt) and not _SQL_WHERE.search(stmt):
-                out.append(
-                    finding(
-                        f"shell.sql_{verb.lower()}_all",
-                        f"`{client}` runs a {verb} without WHERE, which changes "
-                        "every row (destructive, critical).",
-                        DE,
-                        CRIT,
-                        D,
-                    )
+        if _SQL_WHERE.search(stmt):
+            continue
+        if _SQL_DELETE.search(stmt):
+            out.append(
+                finding(
+                    "shell.sql_delete_all",
+                    f"`{client}` runs a DELETE without WHERE, which changes every row "
+                    "(destructive, critical).",
+                    DE,
+                    CRIT,
+                    D,
                 )
+            )
+        if _SQL_UPDATE.search(stmt):
+            out.append(
+                finding(
+                    "shell.sql_update_all",
+                    f"`{client}` runs an UPDATE without WHERE, which changes every row "
+                    "(destructive, critical).",
+                    DE,
+                    CRIT,
+                    D,
+                )
+            )
     if _SQL_PRIV.search(sql):
         out.append(
             finding(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from workflow.classify.findings import finding
 from workflow.classify.hosts import URL_RE, host_findings, remote_host, url_findings
-from workflow.classify.readonly import git_is_read
+from workflow.classify.readonly import git_is_read, git_remote_contacted
 from workflow.classify.rules import (
     CRIT,
     DE,
@@ -259,15 +259,17 @@ def _git(name: str, args: list[Word], st: ShellState, stdin_text: str | None) ->
         cats = (D, N) if sub == "push" else (D,)
         st.add(
             finding(
-                f"shell.git_{sub}_destructive",
+                "shell.git_destructive",
                 f"`git {sub} {shown(rest)}` {harm} (destructive, high).",
                 DE,
                 HIGH,
                 *cats,
             )
         )
-    if sub in _GIT_NET or (
-        sub in ("submodule", "remote") and rest[:1] and rest[0].text in ("update", "add")
+    if (
+        sub in _GIT_NET
+        or (sub in ("submodule", "remote") and rest[:1] and rest[0].text in ("update", "add"))
+        or git_remote_contacted(sub, rest)
     ):
         st.add(
             finding(
@@ -281,7 +283,10 @@ def _git(name: str, args: list[Word], st: ShellState, stdin_text: str | None) ->
         _urls("git", rest, st)
         return ("exec", frozenset({FETCH}), paths)
     if git_is_read(sub, rest):
-        return ("read", frozenset(), paths + [w for w in rest if w.text.startswith(("/", "~"))])
+        files = [w for w in rest if w.text.startswith(("/", "~"))] + [
+            Word.of(w.text.split("=", 1)[1]) for w in rest if w.text.startswith("--contents=")
+        ]  # `git blame --contents=FILE` prints FILE
+        return ("read", frozenset(), paths + files)
     return ("exec", frozenset(), paths)
 
 
@@ -309,7 +314,7 @@ def _chmod(name: str, args: list[Word], st: ShellState, stdin_text: str | None) 
         return EXEC
     st.add(
         finding(
-            f"shell.{name}",
+            "shell.permissions",
             f"`{name} {shown(args)}` changes ownership or opens up "
             f"permissions (privileged, {sev}).",
             X,
@@ -337,11 +342,12 @@ _SERVICE_READ = frozenset(
 
 def _service(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> Result:
     pos = [a.text for a in _positional(args)]
-    if name == "systemctl" and pos and pos[0] in _SERVICE_READ:
+    remote = _has_flag(args, "-H", "--host", "-M", "--machine")  # over ssh, in a container
+    if name == "systemctl" and pos and pos[0] in _SERVICE_READ and not remote:
         return ("read", frozenset(), [])
     st.add(
         finding(
-            f"shell.{name}",
+            "shell.service_change",
             f"`{name} {shown(args)}` changes system services (privileged, high).",
             X,
             HIGH,
@@ -580,7 +586,13 @@ SYSTEM_RULES: dict[str, Rule] = {
     "chgrp": _chmod,
     **{n: _service for n in ("systemctl", "service", "launchctl", "rc-service")},
     **{
-        n: _simple(f"shell.{n}", "changes firewall, mounts, kernel or account settings", X, HIGH, P)
+        n: _simple(
+            "shell.system_settings",
+            "changes firewall, mounts, kernel or account settings",
+            X,
+            HIGH,
+            P,
+        )
         for n in (
             "iptables",
             "ip6tables",
@@ -612,7 +624,7 @@ SYSTEM_RULES: dict[str, Rule] = {
         )
     },
     **{
-        n: _simple(f"shell.{n}", "stops or restarts the machine", X, CRIT, P)
+        n: _simple("shell.power", "stops or restarts the machine", X, CRIT, P)
         for n in ("reboot", "shutdown", "halt", "poweroff", "init", "telinit")
     },
     **{n: _package for n in sorted(_SYSTEM_PKG | _USER_PKG)},
@@ -657,7 +669,7 @@ SYSTEM_RULES: dict[str, Rule] = {
         )
     },
     **{
-        n: _simple(f"shell.{n}", "drops or wipes a whole database or disk", DE, CRIT, D)
+        n: _simple("shell.disk_wipe", "drops or wipes a whole database or disk", DE, CRIT, D)
         for n in (
             "dropdb",
             "dropuser",
@@ -675,6 +687,6 @@ SYSTEM_RULES: dict[str, Rule] = {
             "format",
         )
     },
-    **{n: _simple(f"shell.{n}", "kills processes", X, HIGH) for n in ("kill", "pkill", "killall")},
+    **{n: _simple("shell.kill", "kills processes", X, HIGH) for n in ("kill", "pkill", "killall")},
 }
 _ = (MED, NONE)

@@ -7,8 +7,9 @@ from workflow.classify.dryrun import dry_run
 from workflow.classify.findings import finding
 from workflow.classify.informational import is_informational
 from workflow.classify.readers import read_command
-from workflow.classify.readonly import READERS
+from workflow.classify.readonly import READ_ONLY, READERS
 from workflow.classify.rules import (
+    EXEC,
     HIGH,
     NONE,
     N,
@@ -24,7 +25,7 @@ from workflow.classify.rules import (
 )
 from workflow.classify.rules_system import SYSTEM_RULES
 from workflow.classify.shellstate import ShellState, Word, shown
-from workflow.classify.subcommands import read_subcommand
+from workflow.classify.subcommands import CHANGES_SYSTEM, changes_system, read_subcommand
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 
 
@@ -70,20 +71,18 @@ RULES: dict[str, Rule] = {
 #: Commands the classifier knows beyond its rules and readers: wrappers, shells,
 #: interpreters and everyday development tools (for help and version flags).
 KNOWN_TOOLS = frozenset(
-    {"env", "nohup", "time", "nice", "ionice", "stdbuf", "setsid", "builtin", "exec",
-     "unbuffer", "caffeinate", "strace", "ltrace", "flock", "timeout", "gtimeout", "xargs",
-     "parallel", "watch", "sudo", "doas", "su", "pkexec", "run0", "chroot", "sh", "bash", "zsh",
-     "dash", "ksh", "mksh", "ash", "fish", "tcsh", "csh", "busybox", "python", "python2",
-     "python3", "perl", "ruby", "node", "nodejs", "deno", "bun", "php", "lua", "Rscript",
-     "pwsh", "gcc", "g++", "cc", "clang", "clang++", "make", "cmake", "ninja", "ruff", "mypy",
-     "pytest", "black", "isort", "flake8", "pylint", "eslint", "prettier", "tsc", "npx", "java",
-     "javac", "rustc", "rustup", "openssl", "gpg", "ssh-keygen", "tar", "zip", "unzip", "gzip",
-     "gunzip", "xz", "zstd", "bzip2", "ffmpeg", "convert", "pandoc", "vim", "nvim", "emacs",
-     "nano", "code", "gdb", "lldb", "valgrind", "sqlite3", "poetry", "uv", "pipx", "cargo",
-     "go", "dotnet", "mvn", "gradle", "ant", "bazel", "terraform", "tofu", "ansible",
-     "ansible-playbook", "vagrant", "packer", "nomad", "consul", "minikube", "kind", "k9s",
-     "kustomize", "skaffold", "tilt", "jq", "yq", "hostnamectl", "timedatectl", "journalctl",
-     "dmesg", "ss", "ip", "netstat", "top", "htop", "dpkg-query", "apt-cache"}
+    {"env", "nohup", "time", "nice", "ionice", "stdbuf", "setsid", "builtin", "exec", "unbuffer",
+     "caffeinate", "strace", "ltrace", "flock", "timeout", "gtimeout", "xargs", "parallel",
+     "watch", "sudo", "doas", "su", "pkexec", "run0", "chroot", "sh", "bash", "zsh", "dash",
+     "ksh", "mksh", "ash", "fish", "tcsh", "csh", "busybox", "python", "python2", "python3",
+     "perl", "ruby", "node", "nodejs", "deno", "bun", "php", "lua", "pwsh", "gcc", "g++", "cc",
+     "clang", "clang++", "make", "cmake", "ninja", "ruff", "mypy", "black", "isort", "flake8",
+     "eslint", "prettier", "tsc", "npx", "java", "javac", "rustc", "rustup", "openssl",
+     "gpg", "ssh-keygen", "tar", "zip", "unzip", "gzip", "gunzip", "xz", "zstd", "bzip2",
+     "ffmpeg", "convert", "pandoc", "vim", "nvim", "emacs", "nano", "code", "gdb", "lldb",
+     "valgrind", "sqlite3", "poetry", "uv", "pipx", "cargo", "go", "dotnet", "terraform", "tofu",
+     "ansible", "ansible-playbook", "kustomize", "jq", "yq", "hostnamectl", "timedatectl",
+     "journalctl", "dmesg", "ss", "ip", "netstat", "top", "htop", "dpkg-query", "apt-cache"}
 )  # fmt: skip
 
 
@@ -103,6 +102,10 @@ def apply(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -
     listed = read_subcommand(name, args, st)
     if listed is not None:
         return listed
+    listing = READ_ONLY.get(name)
+    if name in CHANGES_SYSTEM and (listing is None or not listing(args)):
+        st.add(changes_system(name, args))
+        return EXEC
     rule = RULES.get(name)
     if rule is None and name.startswith("mkfs"):
         rule = RULES["mkfs"]

@@ -200,6 +200,21 @@ def _awk_environ(tokens: list[tuple[str, str]], i: int) -> bool:
     return not (len(nxt) == 3 and nxt[0] == "[" and nxt[2] == "]" and nxt[1][1:-1] in _PLAIN_ENV)
 
 
+def _getline_file(tokens: list[tuple[str, str]], i: int) -> int | None:
+    """For `getline [var] < file` at `i`: the index where the file expression starts."""
+    j = i + 1
+    if j < len(tokens) and tokens[j][0] == "name" and tokens[j][1] not in _AWK_KEYWORDS:
+        j += 1
+    return j + 1 if j < len(tokens) and tokens[j][1] == "<" else None
+
+
+def _awk_command(name: str, tokens: list[tuple[str, str]], st: ShellState) -> None:
+    """A command written as a string literal (`system("curl … | sh")`, `print | "sh"`) is
+    analysed as shell text, so what it runs counts too."""
+    if tokens and tokens[0][0] == "string":
+        st.nested(tokens[0][1][1:-1].replace('\\"', '"'), f"The `{name}` command string", st)
+
+
 def awk_findings(name: str, program: str, st: ShellState) -> list[Finding]:
     tokens = awk_tokens(program)
     if tokens is None:
@@ -209,12 +224,16 @@ def awk_findings(name: str, program: str, st: ShellState) -> list[Finding]:
         nxt = tokens[i + 1][1] if i + 1 < len(tokens) else ""
         if kind == "name" and text == "system" and nxt == "(":
             out.append(program_runs(name, "calls `system()`"))
+            _awk_command(name, tokens[i + 2 : i + 4], st)
         elif text in ("|", "|&"):
             out.append(program_runs(name, f"pipes with `{text}`"))
+            _awk_command(name, tokens[i + 1 : i + 2], st)
+            _awk_command(name, tokens[max(i - 1, 0) : i], st)
         elif kind == "name" and text in ("@load", "@include", "@namespace"):
             out.append(program_runs(name, f"uses `{text}`"))
-        elif kind == "name" and text == "getline" and nxt == "<":
-            target = _awk_target(tokens[i + 2 : _statement_end(tokens, i + 2)], st.rules.home)
+        elif kind == "name" and text == "getline" and _getline_file(tokens, i) is not None:
+            start = _getline_file(tokens, i) or 0
+            target = _awk_target(tokens[start : _statement_end(tokens, start)], st.rules.home)
             if target is None:
                 out.append(program_unknown(name, "reads with `getline` a file named at run time"))
             else:
@@ -251,6 +270,19 @@ def awk_program(name: str, texts: list[Word], parsed: Parsed, st: ShellState) ->
         else:
             out.extend(awk_findings(name, text.value, st))
     return out
+
+
+# --------------------------------------------------------------------------- ps
+
+_BSD_OPTIONS = re.compile(r"^[A-Za-z]*e[A-Za-z]*$")
+
+
+def ps_options(name: str, texts: list[Word], parsed: Parsed, st: ShellState) -> list[Finding]:
+    """ps's BSD-style options have no dash; `e` among them prints each process's
+    environment (`ps eww`, `ps aeux`)."""
+    if any(w.value is not None and _BSD_OPTIONS.match(w.value) for w in parsed.operands):
+        return [env_dump(f"{name} {' '.join(w.text for w in parsed.operands)}")]
+    return []
 
 
 # --------------------------------------------------------------------------- sed
@@ -425,4 +457,25 @@ def jq_program(name: str, texts: list[Word], parsed: Parsed, st: ShellState) -> 
             out.append(program_unknown(name, "is only known at run time"))
         elif _JQ_ENV.search(_JQ_STRING.sub('""', text.value)):
             out.append(env_dump(f"{name} {text.value}"))
+    return out
+
+
+# --------------------------------------------------------------------------- yq
+
+_YQ_ENV = re.compile(r"\b(?:str)?env\s*\(|\$ENV\b|(?<![\w$.])env\b")
+_YQ_LOAD = re.compile(r"\bload(?:_str|_xml|_props|_base64)?\s*\(")
+
+
+def yq_program(name: str, texts: list[Word], parsed: Parsed, st: ShellState) -> list[Finding]:
+    """yq cannot run programs; its expression can print the environment (`env(X)`,
+    `strenv(X)`, `$ENV`) and read other files (`load("f")`). The expression may follow an
+    `eval`/`eval-all` subcommand, so every operand is looked at."""
+    out: list[Finding] = []
+    for text in [*texts, *parsed.operands]:
+        if text.value is None:
+            out.append(program_unknown(name, "is only known at run time"))
+        elif _YQ_ENV.search(text.value):
+            out.append(env_dump(f"{name} {text.value}"))
+        elif _YQ_LOAD.search(text.value):
+            out.append(program_unknown(name, "loads a file named in the expression"))
     return out

@@ -20,7 +20,7 @@ from tree_sitter import Language, Node, Parser, Tree
 
 from workflow.classify import builtins, commands
 from workflow.classify.findings import Finding, finding
-from workflow.classify.memo import per_object
+from workflow.classify.memo import CostBoundedLRU, per_object
 from workflow.classify.rules import env_dump
 from workflow.classify.shellstate import (
     DECODE,
@@ -28,6 +28,8 @@ from workflow.classify.shellstate import (
     FETCH,
     INTERP,
     MAX_ALTS,
+    MAX_ARGV_WORDS,
+    Exhausted,
     ShellState,
     Template,
     Word,
@@ -71,6 +73,20 @@ _ANSI_ESCAPE = re.compile(
     r"\\(x[0-9A-Fa-f]{1,2}|[0-7]{1,3}|u[0-9A-Fa-f]{1,4}|"
     r"U[0-9A-Fa-f]{1,8}|c.|.)",
     re.DOTALL,
+)
+
+
+_WORD_TYPES = frozenset(
+    {
+        "word",
+        "string",
+        "raw_string",
+        "concatenation",
+        "simple_expansion",
+        "expansion",
+        "command_substitution",
+        "process_substitution",
+    }
 )
 
 
@@ -133,6 +149,14 @@ class Walker:
     # ------------------------------------------------------------------ words
 
     def word(self, node: Node) -> Word:
+        self.st.charge()
+        self.st.enter()
+        try:
+            return self._word(node)
+        finally:
+            self.st.leave()
+
+    def _word(self, node: Node) -> Word:
         t = node.type
         if t == "word" or t == "number":
             text = _unescape_word(_text(node))
@@ -188,14 +212,14 @@ class Walker:
         ]
         name = _text(names[0]) if names else ""
         simple = node.type == "simple_expansion" or _text(node) == "${" + name + "}"
-        traits = self.walk_children(node) if node.type == "expansion" else frozenset()
+        traits: frozenset[str] = frozenset()
+        defaults: list[str] = []
         if node.type == "expansion":
+            traits, defaults = self._expansion_parts(node)
             self._expansion_operators(node, name)
         if name == "HOME" and simple:
             return Word(self.st.rules.home, self.st.rules.home)
-        alts = list(self.st.values.get(name, ()))
-        if node.type == "expansion":
-            alts.extend(self._default_texts(node))
+        alts = [*self.st.values.get(name, ()), *defaults]
         if _SECRET_VAR.search(name):
             self.st.add(
                 finding(
@@ -211,17 +235,26 @@ class Walker:
 
     _DEFAULT_OPERATORS = frozenset({":-", "-", ":=", "=", ":+", "+", ":?", "?"})
 
-    def _default_texts(self, node: Node) -> list[str]:
-        """The texts of `${X:-word}` and its kin that the expansion may produce."""
-        children = node.children
-        for i, child in enumerate(children):
-            if child.type in self._DEFAULT_OPERATORS:
-                parts = [self.word(c) for c in children[i + 1 :] if c.is_named]
-                if not parts:
-                    return []
-                joined = self._join(parts, node)
-                return texts_of(joined)
-        return []
+    def _expansion_parts(self, node: Node) -> tuple[frozenset[str], list[str]]:
+        """The traits of what `${…}` holds, and the texts `${X:-word}` and its kin may
+        produce. Each child is visited once (visiting twice would double per nesting level)."""
+        traits: set[str] = set()
+        after_operator: list[Word] | None = None
+        for child in node.children:
+            if child.type in self._DEFAULT_OPERATORS and after_operator is None:
+                after_operator = []
+            if not child.is_named:
+                continue
+            if child.type in _WORD_TYPES:
+                w = self.word(child)
+                traits |= w.traits
+                if after_operator is not None:
+                    after_operator.append(w)
+            else:
+                traits |= self.walk(child)
+        if not after_operator:
+            return frozenset(traits), []
+        return frozenset(traits), texts_of(self._join(after_operator, node))
 
     def _expansion_operators(self, node: Node, name: str) -> None:
         """`${x@P}` runs the value as a prompt string; `${!x}` names the variable to expand at
@@ -252,6 +285,14 @@ class Walker:
         return frozenset(traits)
 
     def walk(self, node: Node, stdin_text: str | None = None) -> frozenset[str]:
+        self.st.charge()
+        self.st.enter()
+        try:
+            return self._walk(node, stdin_text)
+        finally:
+            self.st.leave()
+
+    def _walk(self, node: Node, stdin_text: str | None) -> frozenset[str]:
         t = node.type
         if t == "command":
             return self.command(node, stdin_text)
@@ -263,16 +304,7 @@ class Walker:
             return self.assignment(node)
         if t == "declaration_command":
             return self.declaration(node)
-        if t in (
-            "word",
-            "string",
-            "raw_string",
-            "concatenation",
-            "simple_expansion",
-            "expansion",
-            "command_substitution",
-            "process_substitution",
-        ):
+        if t in _WORD_TYPES:
             return self.word(node).traits
         if t == "comment":
             return frozenset()
@@ -537,7 +569,7 @@ def _text_ok(source: str, label: str, state: ShellState) -> bool:
     if scanner_hazard(source):
         state.add(
             _parse_failure(
-                f"{label} puts a non-ASCII character right after `{{`, `$`, `?` or an option "
+                f"{label} puts a character beyond Latin-1 right after `{{`, `$`, `?` or an option "
                 "dash, where the shell parser cannot read it safely; it fails closed "
                 "(critical)."
             )
@@ -546,10 +578,27 @@ def _text_ok(source: str, label: str, state: ShellState) -> bool:
     return True
 
 
-@lru_cache(maxsize=2048)
-def _parse(data: bytes) -> Tree:
-    # A tree depends only on the bytes and is never mutated, so a bounded cache is honest.
-    return _PARSER.parse(data)
+#: A tree-sitter tree holds about this many bytes per byte of source (measured with RSS:
+#: 98 for 100 trees of 64 KiB and for 2,000 trees of 200 bytes), plus a fixed overhead.
+TREE_BYTES_PER_SOURCE_BYTE = 100
+TREE_OVERHEAD = 2048
+#: The parse cache holds at most this much (estimated); an agent controls the input, so the
+#: bound is on bytes, not entries. Commands over `MAX_CACHED_SOURCE` bytes are not cached.
+PARSE_CACHE_BYTES = 32 * 1024 * 1024
+MAX_CACHED_SOURCE = 4096
+
+
+def _tree_cost(data: bytes) -> int:
+    return TREE_OVERHEAD + TREE_BYTES_PER_SOURCE_BYTE * len(data)
+
+
+# A tree depends only on the bytes and is never mutated, so a bounded cache is honest.
+_parse: CostBoundedLRU[bytes, Tree] = CostBoundedLRU(
+    _PARSER.parse,
+    _tree_cost,
+    budget=PARSE_CACHE_BYTES,
+    max_entry=_tree_cost(b"x" * MAX_CACHED_SOURCE),
+)
 
 
 _POSIX_SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "ash", "mksh", "busybox"})
@@ -593,14 +642,42 @@ def command_findings(
     command: str | list[str], cwd: str | None, shell: str | None, tables: ClassifierTables
 ) -> list[Finding]:
     """Findings for a shell command (a string for a shell, or an argv list run directly)."""
-    state = new_state(cwd, tables)
+    return analyse_command(command, shell, new_state(cwd, tables)).findings
+
+
+def analyse_command(command: str | list[str], shell: str | None, state: ShellState) -> ShellState:
+    """Analyses `command` into `state`, within the bounds on work (`state.work` counts it)."""
+    try:
+        _analyse_command(command, shell, state)
+    except Exhausted as exhausted:
+        state.add(_too_much_work(exhausted.why))
+    except RecursionError:  # a safety net under the nesting bound, never expected
+        state.add(_too_much_work("nests too deeply"))
+    return state
+
+
+def _too_much_work(why: str) -> Finding:
+    return finding(
+        "shell.too_much_work",
+        f"The command {why}; the analysis stopped there, so it fails closed (exec, high).",
+        RiskClass.EXEC,
+        Severity.HIGH,
+        fail_closed=True,
+    )
+
+
+def _analyse_command(command: str | list[str], shell: str | None, state: ShellState) -> None:
     if isinstance(command, list):
+        if len(command) > MAX_ARGV_WORDS:
+            raise Exhausted(f"has more than {MAX_ARGV_WORDS} words")
+        if sum(len(w) for w in command) > MAX_COMMAND_BYTES:
+            raise Exhausted(f"is longer than {MAX_COMMAND_BYTES} characters")
         odd = next((c for c in map(odd_character, command) if c is not None), None)
         if odd is not None:
             state.add(odd_text_finding(odd, "The command"))
-            return state.findings
+            return
         commands.analyse_argv([Word.of(w) for w in command], state)
-        return state.findings
+        return
     shell_name = posixpath.basename(shell) if shell else None
     if shell_name is not None and shell_name not in _POSIX_SHELLS:
         state.add(
@@ -613,7 +690,7 @@ def command_findings(
                 fail_closed=True,
             )
         )
-        return state.findings
+        return
     if not command.strip():
         state.add(
             finding(
@@ -625,6 +702,5 @@ def command_findings(
                 fail_closed=True,
             )
         )
-        return state.findings
+        return
     analyse_source(command, "The command", state)
-    return state.findings

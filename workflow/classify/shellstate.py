@@ -184,6 +184,23 @@ class Template:
         return True
 
 
+#: The classifier's work per proposal is bounded (issue 13: one proposal must not stall the
+#: others): steps (syntax nodes visited plus words analysed), nesting (syntax nodes inside
+#: each other, wrappers inside wrappers) and the words of an argv list. Past a bound the
+#: analysis stops and the command fails closed.
+MAX_WORK = 5_000
+MAX_NESTING = 100
+MAX_ARGV_WORDS = 4_096
+
+
+class Exhausted(Exception):
+    """The analysis of one command went past a bound on its work; it fails closed."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
 @dataclass
 class ShellState:
     """What the analysis of one command line needs and collects."""
@@ -199,6 +216,23 @@ class ShellState:
     downloaded: set[str] = field(default_factory=set)
     #: Texts assigned to each variable earlier in the line (`f=~/.ssh/id_rsa`, `for f in …`).
     values: dict[str, list[str]] = field(default_factory=dict)
+    work: int = 0
+    nesting: int = 0
+
+    def charge(self, steps: int = 1) -> None:
+        """Counts work; raises `Exhausted` past `MAX_WORK`."""
+        self.work += steps
+        if self.work > MAX_WORK:
+            raise Exhausted(f"takes more than {MAX_WORK} analysis steps")
+
+    def enter(self) -> None:
+        """One level deeper (a syntax node inside another, a wrapper inside a wrapper)."""
+        if self.nesting >= MAX_NESTING:
+            raise Exhausted(f"nests more than {MAX_NESTING} levels deep")
+        self.nesting += 1
+
+    def leave(self) -> None:
+        self.nesting -= 1
 
     def remember(self, name: str, texts: list[str]) -> None:
         known = self.values.setdefault(name, [])

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from workflow.classify.findings import Finding, finding
 from workflow.classify.hosts import url_findings
 from workflow.classify.shellstate import FETCH, ShellState, Word, shown
+from workflow.classify.targets import Access, check_path
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 
 Result = tuple[str | None, frozenset[str], list[Word] | None]
@@ -60,7 +61,9 @@ def split(args: list[Word], values: frozenset[str]) -> Line | None:
             break
         if t.startswith("-") and len(t) > 1:
             name, eq, value = t.partition("=")
-            if not eq and name in values and i < len(args):
+            if not eq and not t.startswith("--") and len(t) > 2 and t[:2] in values:
+                name, value = t[:2], t[2:]  # an attached value: `-oyaml`
+            elif not eq and name in values and i < len(args):
                 value = args[i].text
                 i += 1
             options[name] = value
@@ -82,6 +85,8 @@ class Tool:
     check: Check | None = None
     #: Subcommands that only ask a registry or remote service: egress.
     egress: frozenset[tuple[str, ...]] = frozenset()
+    #: Options whose value is a file it reads (its contents can reach the output).
+    files: frozenset[str] = frozenset()
 
 
 def _matches(words: tuple[str, ...], paths: frozenset[tuple[str, ...]]) -> bool:
@@ -180,6 +185,7 @@ _KUBECTL = Tool(
         }
     ),
     check=_kubectl,
+    files=frozenset({"-f", "--filename"}),
 )
 
 _LOCAL_CHART = re.compile(r"^(\.{1,2}(/|$)|/|~)|^[\w.-]+$")
@@ -259,6 +265,7 @@ _HELM = Tool(
         }
     ),
     check=_helm,
+    files=frozenset({"-f", "--values"}),
 )
 
 _CONTAINER = Tool(
@@ -358,6 +365,7 @@ _CONTAINER = Tool(
             "--tlscacert",
         }
     ),
+    files=frozenset({"-f", "--file", "--env-file"}),
 )
 
 # --------------------------------------------------------------------------- services, network
@@ -518,10 +526,6 @@ _PIP = Tool(
         "freeze",
         "check",
         "inspect",
-        "debug",
-        "config list",
-        "config get",
-        "config debug",
         "cache dir",
         "cache info",
         "cache list",
@@ -530,7 +534,7 @@ _PIP = Tool(
     ),
     unsafe=frozenset({"--log", "--log-file", "--python", "--exists-action"}),
     check=_pip,
-    egress=_paths("index", "search"),
+    egress=_paths("index", "search", "list"),
 )
 
 _APT_SIMULATED = frozenset(
@@ -591,14 +595,57 @@ _GO = Tool(
     unsafe=frozenset({"-w", "-u", "-json-w"}),
 )
 
+
+def _terraform(line: Line) -> bool:
+    if line.words[:1] == ("fmt",):
+        return line.has("-check", "--check") and not line.has("-write", "--write")
+    return True
+
+
+_TERRAFORM = Tool(
+    values=frozenset(),
+    reads=_paths(
+        "validate",
+        "fmt",
+        "state list",
+        "workspace list",
+        "workspace show",
+        "providers",
+        "version",
+        "graph",
+    ),
+    unsafe=frozenset({"-json-into", "-out", "-state-out", "-backup"}),
+    check=_terraform,
+)
+
+_RPM_WRITES = frozenset(
+    {"-i", "--install", "-U", "--upgrade", "-F", "--freshen", "-e", "--erase", "--import",
+     "--rebuilddb", "--initdb", "--setperms", "--setugids", "--restore", "--reinstall",
+     "--delsign", "--addsign", "--resign", "--define", "-D", "--eval", "--dbpath", "--root",
+     "--macros", "--rcfile", "--pipe"}
+)  # fmt: skip
+
+
+def _rpm(line: Line) -> bool:
+    first = next(iter(line.options), "")
+    return (first.startswith(("-q", "-V")) or first in ("--query", "--verify")) and not line.has(
+        *_RPM_WRITES
+    )
+
+
 _SIMPLE_LISTS: dict[str, Tool] = {
-    "brew": Tool(frozenset(), _paths("list", "ls", "leaves", "config", "deps")),
+    "terraform": _TERRAFORM,
+    "tofu": _TERRAFORM,
+    "rpm": Tool(frozenset(), _paths("*"), check=_rpm),
+    "launchctl": Tool(
+        frozenset(), _paths("list", "print", "print-disabled", "blame", "version", "help")
+    ),
+    "brew": Tool(frozenset(), _paths("list", "ls", "leaves", "config", "deps", "services list")),
     "gem": Tool(frozenset(), _paths("list", "contents", "env"), frozenset({"--remote", "-r"})),
     "conda": Tool(
         frozenset({"-n", "--name", "-p", "--prefix"}), _paths("list", "env list", "info")
     ),
     "pipx": Tool(frozenset(), _paths("list")),
-    "yarn": Tool(frozenset(), _paths("list", "why", "config get")),
     "pnpm": Tool(frozenset({"--filter", "--depth"}), _paths("ls", "list", "why")),
     "uv": Tool(frozenset({"--python", "-p"}), _paths("pip list", "pip show", "pip freeze")),
     "poetry": Tool(frozenset(), _paths("env info", "env list", "version")),
@@ -679,6 +726,10 @@ def _route(v: list[str]) -> bool:
     )
 
 
+def _getent(v: list[str]) -> bool:
+    return not any(x in ("shadow", "gshadow") for x in v)
+
+
 def _arp(v: list[str]) -> bool:
     return not any(x.startswith(("-s", "-d", "-f", "--set", "--delete", "--file")) for x in v)
 
@@ -693,11 +744,67 @@ LISTINGS: dict[str, Callable[[list[str]], bool]] = {
     "ifconfig": _ifconfig,
     "route": _route,
     "arp": _arp,
+    "getent": _getent,
 }
+
+
+#: Subcommands that fetch from the network (and then run or write): not reads, and network.
+NETWORK_SUBCOMMANDS: dict[str, frozenset[tuple[str, ...]]] = {
+    "pip": _paths("download", "wheel", "install"),
+    "pip3": _paths("download", "wheel", "install"),
+    "go": _paths("mod download", "get", "install", "mod tidy"),
+    "openssl": _paths("s_client", "s_time", "ocsp"),
+    "cargo": _paths("fetch", "install", "update"),
+}
+
+#: Commands that change system settings unless only listing or printing.
+CHANGES_SYSTEM = frozenset({"hostname", "date", "ip", "hostnamectl", "timedatectl", "localectl"})
+
+
+def network_subcommand(name: str, args: list[Word], st: ShellState) -> None:
+    paths = NETWORK_SUBCOMMANDS.get(name)
+    if paths is None:
+        return
+    words = tuple(a.text for a in args if not a.text.startswith("-"))
+    if _matches(words, paths):
+        st.add(
+            finding(
+                "packages.network_fetch",
+                f"`{shown([Word.of(name), *args])}` fetches from the network (network, high).",
+                RiskClass.EXEC,
+                Severity.HIGH,
+                Category.NETWORK,
+            )
+        )
+
+
+def changes_system(name: str, args: list[Word]) -> Finding:
+    return finding(
+        "options.changes_system",
+        f"`{shown([Word.of(name), *args])}` changes system settings (privileged, high).",
+        RiskClass.EXEC,
+        Severity.HIGH,
+        Category.PRIVILEGED,
+    )
+
+
+def _files_read(name: str, args: list[Word], line: Line, tool: Tool, st: ShellState) -> None:
+    for option in sorted(tool.files & set(line.options)):
+        where = f"`{shown([Word.of(name), *args])}`"
+        st.add(*check_path(line.options[option], st.cwd, st.rules, Access.READ, where))
+
+
+def _asks(name: str, line: Line, tool: Tool) -> bool:
+    """Whether an egress-listed subcommand asks the network this time (`pip list` only with
+    --outdated/--uptodate, `npm audit` but not `npm audit fix`)."""
+    if name in ("pip", "pip3") and line.words[:1] == ("list",):
+        return tool.check is not None and not tool.check(line)
+    return tool.check is None or tool.check(line)
 
 
 def read_subcommand(name: str, args: list[Word], st: ShellState) -> Result | None:
     """A read (or egress) Result when `name args` is a read-only use of a listed tool."""
+    network_subcommand(name, args, st)
     listing = LISTINGS.get(name)
     if listing is not None:
         if any(a.value is None for a in args) or not listing([a.text for a in args]):
@@ -710,16 +817,14 @@ def read_subcommand(name: str, args: list[Word], st: ShellState) -> Result | Non
     if line is None or line.has(*tool.unsafe):
         return None
     if name == "kubectl" and dry_run_kubectl(line):
+        _files_read(name, args, line, tool, st)
         return ("read", frozenset(), [])
-    if (
-        tool.egress
-        and _matches(line.words, tool.egress)
-        and (tool.check is None or tool.check(line))
-    ):
+    if tool.egress and _matches(line.words, tool.egress) and _asks(name, line, tool):
         st.add(registry_egress(name, args, st))
         return ("wrapped", frozenset({FETCH}), [])
     if not _matches(line.words, tool.reads):
         return None
     if tool.check is not None and not tool.check(line):
         return None
+    _files_read(name, args, line, tool, st)
     return ("read", frozenset(), [])

@@ -350,6 +350,14 @@ def check_path(
     raw: str, cwd: str | None, rules: PathRules, access: Access, via: str
 ) -> list[Finding]:
     """Findings for one path argument. `via` names what touches it (a tool or a command)."""
+    if "\x00" in raw:  # C file APIs stop at NUL: `~/.netrc\0.txt` opens `~/.netrc`
+        head = raw.split("\x00", 1)[0]
+        found = check_path(head, cwd, rules, access, via)
+        return found + [
+            f
+            for f in check_path(raw.replace("\x00", ""), cwd, rules, access, via)
+            if f not in found
+        ]
     if "{" not in raw:
         return _check_one(raw, cwd, rules, access, via)
     words = brace_words(raw)

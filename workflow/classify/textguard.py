@@ -8,8 +8,9 @@ Two guards, both failing closed:
   process (it does, deterministically for some code points, after `{` and `{digits..`). The
   places are: after `{` and `{digits..digits` (brace ranges), after `-letters` (test
   operators), after `$` in a here-document and after `?` (variable names). Such a command is
-  refused without being parsed; the condition is wider than the crash on purpose (any
-  non-ASCII character there), as the cost of a false alarm is one held command.
+  refused without being parsed. The condition is wider than the crash (any code point past
+  the table, at any of those places, in any context) but spares Latin-1 letters, which the
+  table covers: `peut-être` or `naïve-é` in a commit message still parses.
 - `odd_character`: control characters (C0 other than tab and newline, DEL, C1), Unicode line
   and paragraph separators, format characters (zero-width, bidi, BOM...), private-use and
   surrogate code points, and spaces other than the ASCII space. Shells, terminals and
@@ -22,7 +23,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-_SCANNER_HAZARD = re.compile(r"(?:[$?]|-[A-Za-z]*|\{[0-9]*(?:\.\.[0-9]*)?)[^\x00-\x7f]")
+_SCANNER_HAZARD = re.compile(r"(?:[$?]|-[A-Za-z]*|\{[0-9]*(?:\.\.[0-9]*)?)[^\x00-\xff]")
 _ASCII_ODD = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _ODD_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cs", "Zl", "Zp", "Zs"})
 

@@ -312,6 +312,7 @@ def _decide(
     prefix: str,
     json_out: bool,
     granting: Granting | None = None,
+    changes: dict[str, object] | None = None,
 ) -> None:
     import asyncio
 
@@ -333,7 +334,15 @@ def _decide(
             if not json_out:
                 console.print(Text(f"{verdict.value} {what}"))
             client = Approver(nc, name=approver or getpass.getuser(), key=signer, prefix=prefix)
-            result = await client.decide(shown, verdict, reason, timeout=5.0)
+            edited = None
+            if changes is not None:
+                edited = {**history.proposal.arguments, **changes}
+                if not json_out:
+                    shown_edit = mask_text(json.dumps(edited, ensure_ascii=False))
+                    console.print(Text(f"edited to {shown_edit}"))
+            result = await client.decide(
+                shown, verdict, reason, timeout=5.0, edited_arguments=edited
+            )
             if result.accepted is None:
                 return (
                     False,
@@ -399,6 +408,15 @@ def approve(
     max_uses: Annotated[
         int | None, typer.Option("--max-uses", min=1, help="The grant releases at most N calls.")
     ] = None,
+    edit: Annotated[
+        str | None,
+        typer.Option(
+            "--edit",
+            help="Approve the call with these arguments changed instead (JSON object merged "
+            'over the proposed arguments, e.g. \'{"command": "rm -rf build/"}\'); the edited '
+            "call is classified and evaluated like any proposal.",
+        ),
+    ] = None,
     every: Annotated[
         bool, typer.Option("--all", help="Approve every pending request the filters match.")
     ] = False,
@@ -420,8 +438,15 @@ def approve(
     matching pending request (one signed decision each, after confirmation).
     """
     _runtime()
+    changes = None
+    if edit is not None:
+        changes = parse_json_option(edit, "--edit")
+        if not isinstance(changes, dict) or not changes:
+            fail("--edit takes a JSON object of the arguments to change")
+        if grant is not None:
+            fail("--edit approves one edited call; it cannot also make a --grant")
     if every:
-        if ident is not None or grant is not None:
+        if ident is not None or grant is not None or edit is not None:
             fail("--all approves the matching requests; it takes no ID and no --grant")
         controls.approve_all(
             reason, key, approver, agent, tool, workspace, risk, yes, nats_url, data_dir,
@@ -438,7 +463,7 @@ def approve(
         fail("--scope, --prefix, --path-glob, --any-agent and --max-uses shape a --grant")
     _decide(
         ident, DecisionVerdict.APPROVE, reason, key, approver, nats_url, data_dir, prefix,
-        json_out, granting,
+        json_out, granting, changes,
     )  # fmt: skip
 
 

@@ -286,7 +286,7 @@ def approve_all(
     from workflow.client.approver import Approver
     from workflow.client.display import target_of
     from workflow.client.verify import ShownRequest
-    from workflow.messages import DecisionVerdict, GetQuery, ProposalHistory
+    from workflow.messages import GetQuery, ProposalHistory
 
     if agent is None and tool is None and workspace is None and risk is None:
         fail("--all needs at least one filter: --agent, --tool, --workspace or --risk")
@@ -310,22 +310,21 @@ def approve_all(
                 console.print(table)
             if not yes and not typer.confirm(f"Approve these {len(entries)} requests?"):
                 raise typer.Exit(1)
+            # Each request's whole proposal, to be hashed here to the digest signed: one
+            # that does not match stops the batch before anything is signed.
+            shown: list[ShownRequest] = []
             results: list[tuple[str, bool, str]] = []
             for e in entries:
-                # Each request on its own: its whole proposal, hashed here to the digest signed.
                 history = await transport.ask(
                     nc, subjects.api("get"), GetQuery(id=e.request_id), ProposalHistory
                 )
                 if history.request_id is None or history.status != "pending":
                     results.append((e.request_id, False, f"it is {history.status} now"))
                     continue
-                shown = ShownRequest(history.request_id, history.proposal, e.proposal_digest)
-                try:
-                    result = await client.decide(shown, DecisionVerdict.APPROVE, reason)
-                except Exception as exc:  # a digest that does not match: nothing signed
-                    results.append((e.request_id, False, str(exc)))
-                    continue
-                results.append((e.request_id, bool(result.accepted), result.message))
+                shown.append(ShownRequest(history.request_id, history.proposal, e.proposal_digest))
+            decided = await client.approve_all(shown, reason)
+            for request, result in zip(shown, decided, strict=True):
+                results.append((request.request_id, bool(result.accepted), result.message))
             return results
 
     results = asyncio.run(run())

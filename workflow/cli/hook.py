@@ -14,7 +14,7 @@ import typer
 from workflow.cli.common import DEFAULT_DATA_DIR, DataDir, NatsUrl, Prefix
 
 if TYPE_CHECKING:
-    from workflow.adapters.gate import GateOptions
+    from workflow.adapters.options import GateOptions
 
 CLIENT_NAMES = ("claude-code", "codex", "gemini", "cursor")
 
@@ -81,17 +81,11 @@ def hook(
     error blocks the call (exit 2, the reason on stderr) within --connect-timeout + --wait + a
     few seconds. `--print-config` prints what to paste into the client's settings.
     """
-    from workflow.adapters.calls import default_agent
-    from workflow.adapters.gate import GateOptions
+    from workflow.adapters.hook import options_for
 
-    try:
-        user = getpass.getuser()
-    except Exception:
-        user = None
-    options = GateOptions(
-        agent=agent or default_agent(client, user), workspace=workspace, wait=wait,
-        connect_timeout=connect_timeout, prefix=prefix, nats_url=nats_url,
-        data_dir=data_dir.absolute(),
+    options = options_for(
+        client, agent=agent, workspace=workspace, wait=wait, connect_timeout=connect_timeout,
+        nats_url=nats_url, data_dir=data_dir, prefix=prefix,
     )  # fmt: skip
     if print_config:
         from workflow.adapters.hook import CLIENTS
@@ -120,3 +114,101 @@ def _command(client: str, options: GateOptions, agent: str | None, nats_url: str
     if options.prefix != "headgate":
         argv += ["--prefix", options.prefix]
     return shlex.join(argv)
+
+
+def mcp_proxy(
+    command: Annotated[
+        list[str],
+        typer.Argument(
+            help="The upstream MCP server to run (stdio), after `--`.", show_default=False
+        ),
+    ],
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            envvar="HEADGATE_AGENT",
+            help="Agent name. Default: mcp-<user>.",
+        ),
+    ] = None,
+    workspace: Annotated[
+        str, typer.Option("--workspace", envvar="HEADGATE_WORKSPACE", help="Workspace.")
+    ] = "default",
+    server_kind: Annotated[
+        str | None,
+        typer.Option(
+            "--server-kind",
+            help="What the upstream server is (e.g. github-mcp): carried in each tool's "
+            "definition and as the proposal's source.",
+        ),
+    ] = None,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            min=0,
+            help="Seconds to hold a call for its decision (sending progress notifications) "
+            "before answering that it is pending.",
+        ),
+    ] = 50.0,
+    progress_every: Annotated[
+        float,
+        typer.Option("--progress-every", min=0.05, help="Seconds between progress notifications."),
+    ] = 5.0,
+    upstream_timeout: Annotated[
+        float,
+        typer.Option("--upstream-timeout", min=0.1, help="Seconds the upstream has to answer."),
+    ] = 120.0,
+    start_timeout: Annotated[
+        float,
+        typer.Option(
+            "--start-timeout", min=0.1, help="Seconds the upstream has to start (MCP handshake)."
+        ),
+    ] = 30.0,
+    catalog: Annotated[
+        Path | None,
+        typer.Option(
+            "--catalog",
+            help="Write the upstream's tools/list here on each listing (for `headgate tools "
+            "pin --tools`).",
+        ),
+    ] = None,
+    connect_timeout: Annotated[
+        float, typer.Option("--connect-timeout", min=0.1, help="Seconds to reach NATS.")
+    ] = 5.0,
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+    prefix: Prefix = "headgate",
+) -> None:
+    """Run an MCP server (stdio) behind Headgate: `headgate mcp-proxy -- npx server-x`.
+
+    tools/list passes through without the tools the policy denies this agent; every
+    tools/call is a proposal carrying the tool's definition, held (with progress
+    notifications) until Headgate decides, then run upstream with the released arguments and
+    reported as executed. Blocked or still pending after --wait, the client gets an error
+    result with the reason or the request id (the same call retried binds to that request).
+    """
+    try:
+        from workflow.adapters.mcp_proxy import ProxyOptions, serve
+    except ImportError as exc:
+        from workflow.errors import ConfigError
+
+        raise ConfigError(
+            f"the MCP proxy needs the MCP SDK ({exc.name}): pip install 'headgate[mcp]'"
+        ) from exc
+    import anyio
+
+    from workflow.adapters.calls import default_agent
+
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = None
+    options = ProxyOptions(
+        agent=agent or default_agent("mcp", user), command=command, workspace=workspace,
+        server_kind=server_kind, wait=wait, progress_every=progress_every,
+        upstream_timeout=upstream_timeout, start_timeout=start_timeout,
+        connect_timeout=connect_timeout, prefix=prefix, nats_url=nats_url,
+        data_dir=data_dir.absolute(), catalog=catalog,
+    )  # fmt: skip
+    anyio.run(serve, options)

@@ -57,3 +57,4 @@ def setup_logging(fmt: str = "console", level: str = "info", process: str | None
     root.setLevel(level.upper())
     logging.getLogger("nats").setLevel(logging.WARNING)
     logging.getLogger("aiosqlite").setLevel(logging.WARNING)
+    logging.getLogger("headgate.notify.faststream").setLevel(logging.WARNING)

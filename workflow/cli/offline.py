@@ -97,18 +97,54 @@ def _explain(number: int, proposal: Proposal, result: Classification) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from workflow.classify.rulebook.spec import deciding_reason
+
     title = (
         f"line {number}: {proposal.tool} → {result.risk_class} ({result.severity})"
         + (f" [{', '.join(result.categories)}]" if result.categories else "")
         + (" fail-closed" if result.fail_closed else "")
     )
     table = Table(title=Text(title), title_justify="left", show_lines=False)
+    decided = deciding_reason(result.reasons, result.risk_class, result.severity)
+    table.add_column("", width=1)
     table.add_column("rule")
     table.add_column("class")
     table.add_column("severity")
     table.add_column("reason", overflow="fold")
-    for r in result.reasons:
-        table.add_row(r.rule, r.risk_class or "", r.severity or "", Text(r.message))
+    for i, r in enumerate(result.reasons):
+        mark = "▶" if i == decided else ""
+        table.add_row(mark, r.rule, r.risk_class or "", r.severity or "", Text(r.message))
+    console.print(table)
+    if decided is not None:
+        console.print(f"▶ decided by {escape(result.reasons[decided].rule)}")
+
+
+def rules(
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="Print the listing as docs/rules.md has it.")
+    ] = False,
+) -> None:
+    """List the classifier's rules: id, class, severity, categories and what each matches."""
+    from rich.table import Table
+
+    from workflow.classify.rulebook import RULEBOOK, render_markdown
+
+    if markdown:
+        sys.stdout.write(render_markdown(RULEBOOK.values()))
+        return
+    table = Table(show_lines=False)
+    table.add_column("rule", no_wrap=True)
+    for column in ("domain", "class", "severity", "categories", "matches"):
+        table.add_column(column, overflow="fold")
+    for spec in RULEBOOK.values():
+        table.add_row(
+            spec.id,
+            spec.domain,
+            spec.risk.value if spec.risk is not None else "(note)",
+            spec.severity,
+            ", ".join(c.value for c in spec.categories),
+            escape(spec.matches),
+        )
     console.print(table)
 
 

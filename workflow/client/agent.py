@@ -225,7 +225,13 @@ class Headgate:
         )  # fmt: skip
         ticket: Ticket | None = None
         if watch.first.done():
-            ticket = self._ticket_from_event(proposal, watch.first.result())
+            first = watch.first.result()
+            if isinstance(first, Blocked) and first.outcome == "invalid":
+                # The service could not read it as a proposal (a rule this client does not
+                # know yet): it says why, and nothing was recorded to wait for.
+                self.router.forget(proposal.id)
+                raise ToolBlocked(first)
+            ticket = self._ticket_from_event(proposal, first)
             if ticket is None:
                 known = await transport.history(
                     self.nc, self.subjects, proposal.id, agent=self.agent

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -403,22 +403,31 @@ class Approver:
     async def decide(
         self, request: Decidable, verdict: DecisionVerdict, reason: str = "", *,
         wait: bool = True, timeout: float = 10.0,
+        edited_arguments: Mapping[str, Any] | None = None,
     ) -> DecisionResult:  # fmt: skip
         """Sign and publish a decision on `request` (a `PendingRequest`, an `InboxItem`, a
         `ProposalHistory` …); with `wait`, return what the collector made of it.
 
         The digest signed is the one `request` carries, and only after the proposal it shows
-        hashes to it: `DigestMismatch` otherwise, and nothing is signed.
+        hashes to it: `DigestMismatch` otherwise, and nothing is signed. With
+        `edited_arguments` the approval is of the call with those arguments instead (see
+        `approve_edited`): the digest signed is the edited proposal's.
         """
         if self.key is None:
             raise ConfigError(f"approver {self.name} has no signing key; it can only read")
         check_digest(request.request_id, request.proposal, request.proposal_digest)
         request_id = request.request_id
+        digest, edited = request.proposal_digest, None
+        if edited_arguments is not None:
+            if verdict is not DecisionVerdict.APPROVE:
+                raise ConfigError("only an approval can carry an edited call")
+            edited = dict(edited_arguments)
+            digest = edited_proposal(request.proposal, edited).digest()
         decision = self.key.sign_decision(
             ApprovalDecision(
-                request_id=request_id, proposal_digest=request.proposal_digest, verdict=verdict,
+                request_id=request_id, proposal_digest=digest, verdict=verdict,
                 approver=self.name, reason=reason, nonce=uuid.uuid4().hex,
-                issued_at=self.clock(),
+                issued_at=self.clock(), edited_arguments=edited,
             )
         )  # fmt: skip
         await transport.publish(
@@ -439,6 +448,49 @@ class Approver:
                 "pending",
             )  # fmt: skip
         return found
+
+    async def approve_edited(
+        self, request: Decidable, arguments: Mapping[str, Any], reason: str = "", *,
+        wait: bool = True, timeout: float = 10.0,
+    ) -> DecisionResult:  # fmt: skip
+        """Approve the call with `arguments` instead of those proposed (edit before approve).
+
+        The service classifies and evaluates the edited call like any proposal: it releases
+        it (the agent runs the edited arguments, and the release says they were edited) only
+        when the policy lets one approval release the edited call."""
+        return await self.decide(
+            request, DecisionVerdict.APPROVE, reason, wait=wait, timeout=timeout,
+            edited_arguments=arguments,
+        )  # fmt: skip
+
+    async def approve_all(
+        self, requests: Sequence[Decidable], reason: str = "", *, wait: bool = True,
+        timeout: float = 10.0,
+    ) -> list[DecisionResult]:  # fmt: skip
+        """Approve a batch: one signed decision per request, each over the digest of the
+        proposal it shows. Every digest is checked first; one that does not match raises
+        `DigestMismatch` and nothing at all is signed (a tampered list approves none)."""
+        self._signer()
+        for request in requests:
+            check_digest(request.request_id, request.proposal, request.proposal_digest)
+        sent = [
+            await self.decide(request, DecisionVerdict.APPROVE, reason, wait=False)
+            for request in requests
+        ]
+        if not wait:
+            return sent
+        results = []
+        for request, first in zip(requests, sent, strict=True):
+            nonce = first.nonce
+
+            async def verdict_of(request_id: str = request.request_id,
+                                 nonce: str = nonce) -> DecisionResult | None:  # fmt: skip
+                h = await transport.history(self.nc, self.subjects, request_id)
+                return _result_for(h, nonce) if h is not None else None
+
+            found = await transport.poll(verdict_of, timeout=timeout, first=0.02)
+            results.append(found or first)
+        return results
 
     # ------------------------------------------------------------------ controls
 
@@ -496,6 +548,14 @@ class Approver:
 
     async def freezes(self) -> FreezeReply:
         return await controls.list_freezes(self.nc, self.subjects)
+
+
+def edited_proposal(proposal: Proposal, arguments: Mapping[str, Any]) -> Proposal:
+    """`proposal` with other arguments: the call an edited approval is signed over (the
+    service builds it the same way)."""
+    return Proposal.model_validate(
+        {**proposal.model_dump(mode="json", exclude_none=True), "arguments": dict(arguments)}
+    )
 
 
 def _trusted_item(

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from nats.aio.client import Client as NATS
 
+from workflow.canonical import SIGNATURE_SCHEME
 from workflow.client import transport
 from workflow.controls import (
     FreezeOrder,
@@ -43,7 +44,9 @@ S = TypeVar("S", GrantIssue, GrantRevoke, FreezeOrder)
 
 def signed(key: ApproverKey, body: S) -> S:
     """`body` signed like a decision: Ed25519 over the canonical JSON of its other fields."""
-    unsigned = body.model_copy(update={"key": key.public_key, "signature": None})
+    unsigned = body.model_copy(
+        update={"key": key.public_key, "signature": None, "signature_scheme": SIGNATURE_SCHEME}
+    )
     return unsigned.model_copy(update={"signature": key.sign(unsigned.signing_payload())})
 
 

@@ -1,13 +1,14 @@
 """The notifier: reads what is held, decided and escalated, and tells the channels routed to it.
 
 It is an approver-side client, not a stage: it reads the inbox and results streams on its own
-durable consumers (`notifier-held`, `notifier-outcomes`, `notifier-escalated`) and asks the
-service's API for a request's history — it never holds up the pipeline and never touches the
-database. Each notice goes to every routed channel; a try that fails is retried with backoff
-(the message's ack deadline is extended meanwhile), and after the last try the failure is
-recorded. Every delivery, made or failed, is published as a `Notified` record on
-`<prefix>.notified.<workspace>` before the event is acked, so a crash means the notice is sent
-again (receivers deduplicate on `X-Headgate-Delivery`), never that it is lost.
+durable consumers (`notifier-held`, `notifier-outcomes`, `notifier-escalated`), through a
+FastStream application of its own (`workflow.notify.broker`), and asks the service's API for a
+request's history — it never holds up the pipeline and never touches the database. Each notice
+goes to every routed channel; a try that fails is retried with backoff (the message's ack
+deadline is extended meanwhile), and after the last try the failure is recorded. Every
+delivery, made or failed, is published as a `Notified` record on `<prefix>.notified.<workspace>`
+before the event is acked, so a crash means the notice is sent again (receivers deduplicate on
+`X-Headgate-Delivery`), never that it is lost.
 """
 
 from __future__ import annotations
@@ -16,21 +17,16 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
 
+from faststream.nats import NatsBroker
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import (
-    AckPolicy,
-    ConsumerConfig,
-    DeliverPolicy,
-    RetentionPolicy,
-    StorageType,
-    StreamConfig,
-)
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import ValidationError
@@ -39,6 +35,7 @@ from workflow.client import transport
 from workflow.client.trust import NotFromService, trust_for
 from workflow.errors import ConnectError
 from workflow.messages import Blocked, Escalated, InboxItem, Notified, ProposalHistory, Released
+from workflow.notify.broker import ACK_WAIT, SOURCES, build_app, consumer_config
 from workflow.notify.channels import Channel, DeliveryError, open_channel
 from workflow.notify.config import NotifyConfig
 from workflow.notify.routing import Routed, channels_for
@@ -48,9 +45,12 @@ from workflow.subjects import Subjects
 log = logging.getLogger("headgate.notify")
 
 DAY = 24 * 3600.0
-ACK_WAIT = 60.0
 #: A notice whose request history the service cannot give yet is tried again after this long.
 API_RETRY_DELAY = 2.0
+#: A notice handed back at a stop comes back after this long, when the stopping notifier has
+#: unsubscribed: handed back at once, it went straight to the stopping notifier's own pull, which
+#: was then abandoned, and waited out the whole ack wait.
+HAND_BACK_DELAY = 2.0
 
 
 def notify_streams(subjects: Subjects, replicas: int = 1) -> list[StreamConfig]:
@@ -99,18 +99,16 @@ class NotifyMetrics:
 
 
 class _Stopping(Exception):
-    """The notifier stops while a notice waits for its next try: it is left unacked and
+    """The notifier stops while a notice waits for its next try: it is handed back (nak) and
     comes back when a notifier runs again."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Source:
-    name: str
-    stream: str
-    filters: tuple[str, ...]
-
-
 class Notifier:
+    """Reads its consumers on a FastStream broker of its own (`workflow.notify.broker`); the
+    client `nc` asks the service for histories and publishes the delivery records. The broker
+    connects to `servers` (by default those of `nc`) with `connect` (FastStream's `security=`,
+    `name=`, ...)."""
+
     def __init__(
         self,
         nc: NATS,
@@ -123,6 +121,8 @@ class Notifier:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         max_inflight: int = 64,
         ack_wait: float = ACK_WAIT,
+        servers: Sequence[str] | None = None,
+        connect: Mapping[str, Any] | None = None,
     ):
         self.nc = nc
         self.js = nc.jetstream(timeout=10)
@@ -134,21 +134,19 @@ class Notifier:
         self.sleep = sleep
         self.fallback_secret = b""
         self._stopping = asyncio.Event()
-        self._slots = asyncio.Semaphore(max_inflight)
+        #: Notices in delivery at once, per consumer.
+        self.max_inflight = max_inflight
         self.ack_wait = ack_wait
-        s = self.subjects
-        self.sources = (
-            _Source("notifier-held", s.stream("inbox"), (s.inbox(">"),)),
-            _Source("notifier-outcomes", s.stream("results"), (s.released(">"), s.blocked(">"))),
-            _Source("notifier-escalated", s.stream("escalated"), (s.escalated(">"),)),
-        )
+        self.servers = list(servers) if servers else [url.geturl() for url in nc.servers]
+        self.connect = {"name": "headgate-notifier", **(connect or {})}
+        self._in_hand: set[asyncio.Task[Any]] = set()
 
     @classmethod
     def open(
-        cls, nc: NATS, config: NotifyConfig, *, fallback_secret: bytes, **options: object
+        cls, nc: NATS, config: NotifyConfig, *, fallback_secret: bytes, **options: Any
     ) -> Notifier:
         """Open every configured channel (ConfigError naming the one that cannot be opened)."""
-        notifier = cls(nc, config, _open(config, fallback_secret), **options)  # type: ignore[arg-type]
+        notifier = cls(nc, config, _open(config, fallback_secret), **options)
         notifier.fallback_secret = fallback_secret
         return notifier
 
@@ -173,66 +171,72 @@ class Notifier:
         """Create the streams it needs and its durable consumers. A new consumer starts with
         what arrives from now on; an existing one resumes where it stopped."""
         await ensure_notify_streams(self.js, self.subjects)
-        for source in self.sources:
+        for source in SOURCES:
+            stream = self.subjects.stream(source.stream)
             try:
-                await self.js.consumer_info(source.stream, source.name)
+                await self.js.consumer_info(stream, source.durable)
                 continue
             except NotFoundError:
                 pass
-            await self.js.add_consumer(
-                source.stream,
-                config=ConsumerConfig(
-                    durable_name=source.name, ack_policy=AckPolicy.EXPLICIT, ack_wait=self.ack_wait,
-                    deliver_policy=DeliverPolicy.NEW, max_deliver=-1, max_ack_pending=1024,
-                    filter_subjects=list(source.filters),
-                ),
-            )  # fmt: skip
+            config = consumer_config(self.subjects, source, self.ack_wait)
+            await self.js.add_consumer(stream, config=config)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Read the three consumers until `stop` is set, then finish the notices in hand."""
+        """Read the three consumers until `stop` is set, then finish the notices in hand: a
+        notice waiting for its next try is handed back at once, a try under way ends. Killed
+        (cancelled), it drops the notices in hand unacked: they come back after the ack wait."""
         await self.ensure()
         self._stopping = stop
-        tasks: set[asyncio.Task[None]] = set()
-        loops = [asyncio.create_task(self._pull(s, stop, tasks)) for s in self.sources]
+        broker = await self._started(stop)
+        if broker is None:
+            return
         try:
-            await asyncio.gather(*loops)
-        except asyncio.CancelledError:
-            # Killed, not stopped: the notices in hand were not acked and come back.
-            for task in list(tasks):
-                task.cancel()
-            raise
+            await stop.wait()
+            while self._in_hand:
+                await asyncio.wait(set(self._in_hand))
         finally:
-            for loop in loops:
-                loop.cancel()
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
+            # Stops fetching, then cancels what is still in hand (nothing, unless killed).
+            await broker.stop()
 
-    async def _pull(
-        self, source: _Source, stop: asyncio.Event, tasks: set[asyncio.Task[None]]
-    ) -> None:
-        sub = await self.js.pull_subscribe_bind(durable=source.name, stream=source.stream)
-        try:
-            while not stop.is_set():
-                try:
-                    msgs = await sub.fetch(16, timeout=0.5)
-                except TimeoutError:
-                    continue
-                except Exception as exc:  # reconnecting, or the stream is being recreated
-                    log.warning("notifier: fetching from %s failed: %s", source.stream, exc)
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), 1.0)
-                    continue
-                for msg in msgs:
-                    await self._slots.acquire()
-                    task = asyncio.create_task(self._handle_guarded(msg))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-        finally:
+    async def _started(self, stop: asyncio.Event) -> NatsBroker | None:
+        """Its broker, started. One that cannot start (NATS unreachable, credentials refused)
+        is logged and tried again with backoff (1 s, 2 s, … 30 s) until `stop`: nothing else
+        watches the notifier, and a notifier that ended here would tell nobody anything."""
+        delay = 1.0
+        while not stop.is_set():
+            broker = build_app(
+                self.subjects, self._handle_guarded, self.servers,
+                max_workers=self.max_inflight, ack_wait=self.ack_wait, **self.connect,
+            )  # fmt: skip
+            starting = asyncio.ensure_future(broker.start())
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if starting.done() and starting.exception() is None:
+                return broker
+            starting.cancel()
+            with contextlib.suppress(BaseException):
+                await starting
+            if not starting.cancelled() and (exc := starting.exception()) is not None:
+                log.error(
+                    "notifier: cannot read its consumers on %s (%s: %s); trying again in %.0f s",
+                    _where(self.servers), type(exc).__name__, exc, delay,
+                )  # fmt: skip
             with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+                await broker.stop()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            delay = min(delay * 2, 30.0)
+        return None
 
     async def _handle_guarded(self, msg: Msg) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._in_hand.add(task)
         try:
+            if self._stopping.is_set():  # fetched while stopping: hand it back untouched
+                await msg.nak(delay=HAND_BACK_DELAY)
+                return
             await self.handle(msg)
         except Exception as exc:  # one notice never stops the notifier
             log.exception("notifier: %s failed; it will be tried again", msg.subject)
@@ -240,7 +244,7 @@ class Notifier:
                 await msg.nak(delay=API_RETRY_DELAY)
             del exc
         finally:
-            self._slots.release()
+            self._in_hand.discard(task)
 
     # ------------------------------------------------------------------ one event
     async def handle(self, msg: Msg) -> None:
@@ -268,7 +272,7 @@ class Notifier:
         try:
             records = await asyncio.gather(*(self._deliver(notice, name, msg) for name in names))
         except _Stopping:
-            await msg.nak()
+            await msg.nak(delay=HAND_BACK_DELAY)
             return
         for record in records:
             await self.js.publish(
@@ -368,6 +372,12 @@ class Notifier:
         if notice.kind == "held":
             waited = (now - notice.created_at).total_seconds()
             self.metrics.first_notification.labels(name).observe(max(waited, 0.0))
+
+
+def _where(servers: Sequence[str]) -> str:
+    """The servers without any user or password in their URLs."""
+    return ", ".join(urlsplit(url)._replace(netloc=urlsplit(url).netloc.rpartition("@")[2])
+                     .geturl() for url in servers)  # fmt: skip
 
 
 def _open(config: NotifyConfig, fallback_secret: bytes) -> dict[str, Channel]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from workflow.classify.rulebook.spec import deciding_reason
 from workflow.messages import Classification, Decision, Proposal, Verdict
 from workflow.policy.requirement import describe
 
@@ -47,8 +48,15 @@ def explain_data(
             "fail_closed": classification.fail_closed,
             "tool_known": classification.tool_known,
             "reasons": [r.message for r in classification.reasons],
+            "rules": [r.rule for r in classification.reasons],
+            "deciding_rule": _deciding_rule(classification),
         }
     return data
+
+
+def _deciding_rule(classification: Classification) -> str | None:
+    i = deciding_reason(classification.reasons, classification.risk_class, classification.severity)
+    return None if i is None else classification.reasons[i].rule
 
 
 def explain_lines(
@@ -74,7 +82,15 @@ def explain_lines(
             + ("" if classification.tool_known else ", unknown tool")
             + "."
         )
-        lines.extend(f"  - {r.message}" for r in classification.reasons)
+        decided = deciding_reason(
+            classification.reasons, classification.risk_class, classification.severity
+        )
+        lines.extend(
+            f"  ▶ {r.message} [{r.rule}] (decided the class)"
+            if i == decided
+            else f"  - {r.message} [{r.rule}]"
+            for i, r in enumerate(classification.reasons)
+        )
     lines.append(f"Policy trail (revision {verdict.policy_revision or 'unknown'}):")
     width = max((len(s.step) for s in verdict.trail), default=0)
     for number, step in enumerate(verdict.trail, start=1):

@@ -22,6 +22,7 @@ from workflow.messages import Classification, Executed, Proposal, Verdict
 from workflow.outcomes import Outcome
 from workflow.routing import SERVICE_ACTOR, closing_effects
 from workflow.service.context import ServiceContext
+from workflow.service.publishing import to_resend
 from workflow.service.stage import Settle, Unprocessable
 from workflow.store.requests import ConcurrentUpdate
 
@@ -91,11 +92,18 @@ async def sweep_once(ctx: ServiceContext) -> int:
 
 
 async def republish_once(ctx: ServiceContext, grace: float = 10.0) -> int:
-    """Publish outbox events a crash left unpublished (older than `grace` seconds)."""
-    events = await ctx.store.outbox.unpublished(ctx.now() - timedelta(seconds=grace))
-    if events:
-        await ctx.publish(events)
-        log.info("republished %d events left unpublished", len(events))
+    """Publish outbox events a crash left unpublished (older than `grace` seconds). One older
+    than the duplicate window is sent only if its stream does not hold it (`to_resend`); one
+    it holds is marked published."""
+    now = ctx.now()
+    rows = await ctx.store.outbox.unpublished_rows(now - timedelta(seconds=grace))
+    if not rows:
+        return 0
+    events = await to_resend(ctx.js, rows, now)
+    await ctx.publish(events)
+    sent = {e.msg_id for e in events}
+    ctx.marker.add(e.msg_id for e, _ in rows if e.msg_id not in sent)
+    log.info("republished %d events left unpublished", len(events))
     return len(events)
 
 

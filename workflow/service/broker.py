@@ -7,7 +7,8 @@ The intake and the collector stay on the batch runner (`workflow.service.stage`)
 per-message overhead caps a JetStream stage at a fraction of what batched nats-py does, and a
 stage needs its whole batch for one transaction (docs/bench.md). They are described here from
 the consumer specs they run on (`streams.service_consumers`), so the document lists every
-subject the service reads, with a handler behind each.
+subject the service reads, with a handler behind each. The notifier the service runs has an
+application of its own (`workflow.notify.broker`); the document joins the two.
 
 Handlers take no `Context` or `NatsMessage` parameter (each would cost a thread-pool hop per
 message): the broker runs with `apply_types=False` and a handler reads the message it serves
@@ -48,7 +49,6 @@ from workflow.messages import (
     InboxItem,
     InvitationQuery,
     InvitationReply,
-    Notified,
     OfferedQuery,
     OfferedReply,
     PasskeyInfo,
@@ -146,7 +146,6 @@ EVENTS: dict[str, tuple[type[BaseModel], str]] = {
     "blocked": (Blocked, "The call will never run: denied, rejected, expired or cancelled."),
     "dead": (DeadLetter, "Input a stage could not process, with the error (operators)."),
     "escalated": (Escalated, "A step of a held request's escalation ladder (notifiers)."),
-    "notified": (Notified, "A notification delivered or failed, per channel (operators)."),
 }
 
 ContextSource = Callable[[], ServiceContext | None]

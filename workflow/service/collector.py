@@ -30,9 +30,11 @@ from workflow.approvals import (
     ApproverProfile,
     DecisionCheck,
     HeldRequest,
+    Refusal,
     Reopen,
     Step,
     apply_decision,
+    apply_edit,
     cancel,
     settle,
 )
@@ -51,12 +53,12 @@ from workflow.messages import (
 )
 from workflow.outcomes import Outcome, RequestState
 from workflow.passkeys import Passkey, proof, verify_decision_at
-from workflow.policy.engine import recheck
+from workflow.policy.engine import evaluate, recheck
 from workflow.policy.freeze import freezing
 from workflow.policy.model import Policy
 from workflow.routing import SERVICE_ACTOR, closing_effects, reopened_audit
 from workflow.service.context import ServiceContext
-from workflow.service.publishing import Sent, send_events
+from workflow.service.publishing import Sent, send_events, to_resend
 from workflow.service.pull import attempts
 from workflow.service.stage import Settle, Unprocessable
 from workflow.service.tracing import span_headers
@@ -93,6 +95,15 @@ class Planned:
 
 
 Plan = Callable[[Msg], Awaitable[Planned]]
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """A call as an approver edited it, with the classification and verdict it gets."""
+
+    proposal: Proposal
+    classification: Classification
+    verdict: Verdict
 
 
 def _stored_signature(decision: ApprovalDecision) -> str | None:
@@ -288,8 +299,8 @@ class Collector:
             # confirmed. Never the confirmed ones: a replayed copy that happens to be
             # redelivered must not hand subscribers a second release. The same decision
             # arriving as a new message is a replay, refused below.
-            events = await ctx.store.outbox.unconfirmed_for([held.proposal_id])
-            return Planned(now, events=events, keys=keys)
+            unconfirmed = await ctx.store.outbox.unconfirmed_for([held.proposal_id])
+            return Planned(now, events=await to_resend(ctx.js, unconfirmed, now), keys=keys)
         used: tuple[str, int] | None = None
         if decision.passkey is not None:
             check, used = await self._passkey_check(raw, decision, seen)
@@ -301,10 +312,7 @@ class Collector:
                 signed_text=signed_text(raw),
                 problem=scheme_problem(raw),
             )
-        # A request under a freeze stays pending: its approvals wait for the thaw.
-        freeze = freezing(held.agent, held.workspace, await ctx.store.grants.freezes(), read=False)
-        frozen = f"Frozen: {freeze.describe()}." if freeze is not None else None
-        step = apply_decision(held, decision, check, now=now, frozen=frozen)
+        step, edit = await self._step(held, decision, check, now)
         write = StepWrite(
             request_id=held.request_id,
             expected_version=version if (step.accepted or step.closed) else None,
@@ -341,7 +349,7 @@ class Collector:
             )
         )
         if step.closed is not None:
-            await self._close(held, step, write)
+            await self._close(held, step, write, edit)
             if write.new_state is RequestState.PENDING:
                 write.new_state = None  # still pending, with the raised requirement
 
@@ -431,11 +439,51 @@ class Collector:
         owners = await self.ctx.store.passkeys.owners(cids) if cids else {}
         return PasskeyApprovers(self.ctx.policy, owners)
 
-    async def _close(self, held: HeldRequest, step: Step, write: StepWrite) -> None:
+    async def _step(
+        self, held: HeldRequest, decision: ApprovalDecision, check: DecisionCheck, now: datetime
+    ) -> tuple[Step, Edit | None]:
+        """The decision applied to the request (as an edit when it carries edited arguments)."""
+        ctx = self.ctx
+        # A request under a freeze stays pending: its approvals wait for the thaw.
+        freeze = freezing(held.agent, held.workspace, await ctx.store.grants.freezes(), read=False)
+        frozen = f"Frozen: {freeze.describe()}." if freeze is not None else None
+        if decision.edited_arguments is None:
+            return apply_decision(held, decision, check, now=now, frozen=frozen), None
+        edit = await self._edited(held, decision)
+        if isinstance(edit, str):
+            return Step(held, accepted=False, message=edit, refusal=Refusal.EDIT_REFUSED), None
+        step = apply_edit(
+            held, decision, check, edited_digest=edit.proposal.digest(), edited=edit.verdict,
+            now=now, frozen=frozen,
+        )  # fmt: skip
+        return step, edit
+
+    async def _edited(self, held: HeldRequest, decision: ApprovalDecision) -> Edit | str:
+        """The edited call, classified and evaluated like any proposal; or why it cannot be."""
+        proposal, _, _, _ = await self._parts(held.proposal_id)
+        assert decision.edited_arguments is not None
+        try:
+            edited = Proposal.model_validate(
+                {**proposal.model_dump(mode="json", exclude_none=True),
+                 "arguments": decision.edited_arguments}
+            )  # fmt: skip
+        except ValidationError as exc:
+            return f"The edited call is not a valid proposal: {describe_invalid(exc)}."
+        policy = self.ctx.policy
+        classification = classify(edited, policy.tables_for(edited.tool, edited.tool_definition))
+        return Edit(edited, classification, evaluate(edited, classification, policy))
+
+    async def _close(
+        self, held: HeldRequest, step: Step, write: StepWrite, edit: Edit | None = None
+    ) -> None:
         """Add what a closing step comes to (`approvals.settle`) to the write: the terminal
-        outcome, or the request kept open under a requirement the current policy raised."""
+        outcome, or the request kept open under a requirement the current policy raised. An
+        edited call is settled, and released, as the edited call."""
         ctx = self.ctx
         proposal, classification, verdict, trace = await self._parts(held.proposal_id)
+        if edit is not None and step.closed is RequestState.APPROVED:
+            proposal, classification, verdict = edit.proposal, edit.classification, edit.verdict
+            write.audit.append(_edited_audit(held, edit, step))
         checked = None
         if step.closed is RequestState.APPROVED:
             policy = ctx.policy
@@ -460,6 +508,7 @@ class Collector:
             settled.verdict or verdict,
             ctx.now(),
             span_headers(f"headgate.{outcome}", trace, proposal_id=proposal.id) if trace else None,
+            edited_from=held.proposal_digest if edit is not None else None,
         )
         write.outcome, write.proposal_status = row, (proposal.id, outcome)
         write.events.append(event)
@@ -532,7 +581,7 @@ class Collector:
             raise Unprocessable(f"invalid cancel: {exc.errors()[0]['msg']}") from exc
         agent = ctx.subjects.token_after(msg.subject, "cancel")
         now = ctx.now()
-        loaded = await ctx.store.requests.load(request.proposal_id)
+        loaded = await ctx.store.requests.load_for_proposal(request.proposal_id)
         if loaded is None or agent != request.agent:
             why = (
                 f"agent {agent} sent a cancel naming agent {request.agent}"
@@ -577,6 +626,23 @@ class Collector:
         if outcome is Outcome.RELEASED:
             held_at = held.expires_at - timedelta(seconds=held.requirement.ttl_seconds)
             self.ctx.metrics.time_to_approval.observe((now - held_at).total_seconds())
+
+
+def _edited_audit(held: HeldRequest, edit: Edit, step: Step) -> AuditEntry:
+    """Both versions of an edited call: the proposal's own record keeps the one proposed."""
+    return AuditEntry(
+        kind="decision.edited",
+        actor=step.record.approver if step.record else SERVICE_ACTOR,
+        proposal_id=held.proposal_id,
+        request_id=held.request_id,
+        data={
+            "proposed_digest": held.proposal_digest,
+            "edited_digest": edit.proposal.digest(),
+            "edited_arguments": edit.proposal.arguments,
+            "classification": edit.classification.model_dump(mode="json"),
+            "verdict": edit.verdict.model_dump(mode="json"),
+        },
+    )
 
 
 __all__ = ["SERVICE_ACTOR", "Collector"]

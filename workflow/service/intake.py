@@ -12,7 +12,7 @@ import hashlib
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import httpx
 from nats.aio.msg import Msg
@@ -29,10 +29,9 @@ from workflow.policy.grants import GrantTerms, grant_release
 from workflow.routing import SERVICE_ACTOR, intake_events, invalid_answer, route
 from workflow.service.context import ServiceContext
 from workflow.service.model_check import model_check
-from workflow.service.publishing import publish_events
+from workflow.service.publishing import publish_events, to_resend
 from workflow.service.pull import attempts
 from workflow.service.stage import Settle, Unprocessable
-from workflow.service.streams import DUPLICATE_WINDOW
 from workflow.service.tracing import span_headers, trace_headers
 
 log = logging.getLogger("headgate.intake")
@@ -40,10 +39,6 @@ log = logging.getLogger("headgate.intake")
 #: A proposal of the batch with its classification, verdict and the audit entries it adds.
 Evaluated = tuple[Msg, Proposal, Classification, Verdict, list[AuditEntry]]
 STAGE = "intake"
-#: How long after its first commit a redelivered proposal still re-sends its events: well
-#: inside the streams' duplicate window (retries back off for well under a minute), so a
-#: re-send JetStream had already stored is always dropped as a duplicate.
-REDELIVERY_HORIZON = DUPLICATE_WINDOW - 60.0
 
 
 class Intake:
@@ -211,9 +206,8 @@ class Intake:
         ctx = self.ctx
         policy = ctx.policy
         store = ctx.store.grants
-        freezes = await store.freezes()
-        held = [i for i in items if i[3].decision is Decision.REQUIRE_APPROVAL]
-        grants = await store.live(now) if held and policy.grants.enabled else []
+        held = any(i[3].decision is Decision.REQUIRE_APPROVAL for i in items)
+        freezes, grants = await store.in_force(now, grants=held and policy.grants.enabled)
         out: list[Evaluated] = []
         for msg, proposal, classification, verdict, audit in items:
             requirement = policy.class_requirements[classification.risk_class]
@@ -275,8 +269,9 @@ class Intake:
 
         A proposal id seen before with the same digest is a redelivery or a duplicate publish.
         Only a redelivery (of the message whose commit may not have been followed by its
-        publish) has its events rebuilt from the stored row and sent again, and only inside
-        the streams' duplicate window (JetStream drops what had arrived). A fresh copy of a
+        publish) has its events rebuilt from the stored row and sent again: inside the
+        streams' duplicate window (JetStream drops what had arrived), or after it when the
+        stream does not hold them (`to_resend`). A fresh copy of a
         recorded proposal sends nothing: its events were confirmed before the first copy was
         acked, or are in the outbox, or come with the first copy's redelivery; re-sending them
         would hand every core subscriber a second `released` event, and past the duplicate
@@ -335,10 +330,12 @@ class Intake:
             ctx.metrics.outcomes.labels(outcome).inc(n)
         ctx.metrics.duplicates.inc(duplicates)
         if republish:
-            horizon = now - timedelta(seconds=REDELIVERY_HORIZON)
-            for row in await ctx.store.proposals.stored(republish):
-                if row.received_at > horizon:
-                    events.extend(intake_events(ctx.subjects, row))
+            rebuilt = [
+                (event, row.received_at)
+                for row in await ctx.store.proposals.stored(republish)
+                for event in intake_events(ctx.subjects, row)
+            ]
+            events.extend(await to_resend(ctx.js, rebuilt, now))
         return keep, events
 
     async def _retry(self, good: Sequence[tuple[Msg, IntakeRecord]], error: str) -> None:
@@ -351,10 +348,17 @@ class Invalid(Unprocessable):
     answered with a `blocked` event (`invalid`) when the proposal id can be read."""
 
 
+#: The most of a validation error an `invalid` answer quotes (a field name can be as long as
+#: the payload): the answer stays small whatever the input was.
+REASON_LIMIT = 2000
+
+
 def _sentence(error: str) -> str:
-    """The validation error as the reason an agent reads: a sentence."""
+    """The validation error as the reason an agent reads: a sentence, bounded."""
     text = error[:1].upper() + error[1:]
-    return text if text.endswith(".") else f"{text}."
+    if len(text) > REASON_LIMIT:
+        text = text[: REASON_LIMIT - 1] + "…"
+    return text if text.endswith((".", "…")) else f"{text}."
 
 
 def _key(msg: Msg) -> str:

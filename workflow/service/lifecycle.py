@@ -280,7 +280,10 @@ class Service:
 
     async def _start_outreach(self, ctx: ServiceContext) -> None:
         """The web inbox, the notifier and the escalator; on failure nothing is left open."""
-        self.outreach = Outreach(ctx, self.settings)
+        self.outreach = Outreach(
+            ctx, self.settings, servers=self.url.split(","),
+            connect={"security": _security(self.settings, self._nkey)},
+        )  # fmt: skip
         try:
             await self.outreach.start()
         except BaseException:

@@ -7,7 +7,8 @@ import asyncio
 import contextlib
 import logging
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from workflow import datadir
 from workflow.notify.config import NotifyConfig, with_url
@@ -33,9 +34,21 @@ def notify_config(settings: Settings, policy_notify: NotifyConfig) -> NotifyConf
 
 
 class Outreach:
-    def __init__(self, ctx: ServiceContext, settings: Settings):
+    """`servers` and `connect` are for the notifier's own FastStream broker (the service's
+    servers and credentials)."""
+
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        settings: Settings,
+        *,
+        servers: Sequence[str] | None = None,
+        connect: Mapping[str, Any] | None = None,
+    ):
         self.ctx = ctx
         self.settings = settings
+        self.servers = servers
+        self.connect = connect
         self.web: WebServer | None = None
         self.notifier: Notifier | None = None
         self.tasks: list[asyncio.Task[None]] = []
@@ -54,7 +67,8 @@ class Outreach:
             secret, path = datadir.notify_key(s.data_dir)
             self.notifier = Notifier.open(
                 ctx.nc, config, fallback_secret=secret, subjects=ctx.subjects,
-                registry=ctx.metrics.registry,
+                registry=ctx.metrics.registry, servers=self.servers,
+                connect=self.connect,
             )  # fmt: skip
             await self.notifier.ensure()
             self.tasks.append(asyncio.create_task(self.notifier.run(self.stopping)))

@@ -5,20 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import PubAck
+from nats.js.api import ConsumerConfig, DeliverPolicy, PubAck
 
 from workflow.effects import OutboxEvent
 from workflow.messages import DeadLetter
 from workflow.service.pull import attempts
+from workflow.service.streams import DUPLICATE_WINDOW
 from workflow.signing import ServiceKey
 from workflow.subjects import Subjects
 
@@ -64,6 +66,55 @@ async def send_events(
         sent.futures.append(fut)
         sent.ids.append(event.msg_id)
     return sent
+
+
+#: An event first published longer ago than this may be outside the streams' duplicate
+#: window: JetStream would store a re-sent copy again, so it is looked for in the stream first.
+RESEND_HORIZON = DUPLICATE_WINDOW - 60.0
+#: How far before an event's own time its stream is searched (the service's clock and the
+#: server's may differ).
+CLOCK_SLACK = timedelta(minutes=1)
+
+
+async def to_resend(
+    js: JetStreamContext, events: Sequence[tuple[OutboxEvent, datetime]], now: datetime
+) -> list[OutboxEvent]:
+    """Of events that may not have reached JetStream, each with the time it was first sent,
+    those to send again: every one still inside the duplicate window (JetStream drops a copy
+    of what it holds), and the older ones their stream does not hold (a copy of those would
+    be stored twice: a second `released` event)."""
+    horizon = now - timedelta(seconds=RESEND_HORIZON)
+    young = [event for event, at in events if at > horizon]
+    old = [(event, at) for event, at in events if at <= horizon]
+    if not old:
+        return young
+    since: dict[str, datetime] = {}
+    for event, at in old:
+        since[event.subject] = min(since.get(event.subject, at), at)
+    stored: set[str] = set()
+    for subject, first in since.items():
+        stored |= await stored_msg_ids(js, subject, first - CLOCK_SLACK)
+    return young + [event for event, _ in old if event.msg_id not in stored]
+
+
+async def stored_msg_ids(js: JetStreamContext, subject: str, since: datetime) -> set[str]:
+    """The `Nats-Msg-Id`s of the messages a stream holds on `subject` from `since` on."""
+    config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=since)
+    sub = await js.subscribe(subject, ordered_consumer=True, config=config)
+    found: set[str] = set()
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=2.0)
+            except TimeoutError:  # nothing (more) from `since` on
+                return found
+            if msg.headers and "Nats-Msg-Id" in msg.headers:
+                found.add(msg.headers["Nats-Msg-Id"])
+            if msg.metadata.num_pending == 0:
+                return found
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
 
 
 async def publish_events(

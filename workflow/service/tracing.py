@@ -16,7 +16,8 @@ from typing import Any
 TRACE_HEADERS = ("traceparent", "tracestate")
 
 try:  # optional: spans only when OpenTelemetry is installed
-    from opentelemetry import propagate, trace
+    import opentelemetry.propagate as propagate
+    import opentelemetry.trace as trace
 
     _tracer: Any = trace.get_tracer("headgate")
 except ImportError:  # pragma: no cover - exercised when the package is absent

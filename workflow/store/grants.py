@@ -12,18 +12,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, or_, select, update
 
 from workflow.controls import FreezeInfo, GrantInfo, GrantScope
 from workflow.effects import AuditEntry
 from workflow.policy.freeze import FreezeTerms
 from workflow.policy.grants import GrantTerms
+from workflow.store import fastpath
 from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
 from workflow.store.tables import FREEZES, GRANT_USES, GRANTS
+
+_FREEZES_SQL = (
+    "SELECT freeze_id, agent, workspace, all_calls, reason, by, at FROM freezes "
+    "WHERE lifted_at IS NULL ORDER BY at"
+)
+
+
+def _utc(value: Any) -> datetime:
+    found = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return found.replace(tzinfo=UTC) if found.tzinfo is None else found
 
 
 def _terms(row: Any) -> GrantTerms:
@@ -54,12 +65,24 @@ def _status(row: Any, now: datetime) -> str:
     return "active"
 
 
-def _live(now: datetime) -> Any:
+def _live(now: Any) -> Any:
     return and_(
         GRANTS.c.revoked_at.is_(None),
         GRANTS.c.expires_at > now,
         or_(GRANTS.c.max_uses.is_(None), GRANTS.c.uses < GRANTS.c.max_uses),
     )
+
+
+# The reads of every intake batch, built once (building a statement costs more than running it).
+_LIVE = select(GRANTS).where(_live(bindparam("now", type_=GRANTS.c.expires_at.type)))
+_FREEZES = (
+    select(
+        FREEZES.c.freeze_id, FREEZES.c.agent, FREEZES.c.workspace, FREEZES.c.all_calls,
+        FREEZES.c.reason, FREEZES.c.by, FREEZES.c.at,
+    )
+    .where(FREEZES.c.lifted_at.is_(None))
+    .order_by(FREEZES.c.at)
+)  # fmt: skip
 
 
 class Grants:
@@ -88,8 +111,9 @@ class Grants:
 
     async def live(self, now: datetime) -> list[GrantTerms]:
         """The grants that may still release something (few: they expire within hours)."""
-        query = select(GRANTS).where(_live(now))
-        return await self.db.read(lambda conn: [_terms(r) for r in conn.execute(query)])
+        return await self.db.read(
+            lambda conn: [_terms(r) for r in conn.execute(_LIVE, {"now": now})]
+        )
 
     async def claim(self, grant_id: str, proposal_id: str, now: datetime) -> bool:
         """Count one use of the grant for the proposal; False when it can release nothing
@@ -157,12 +181,33 @@ class Grants:
     # ------------------------------------------------------------------ freezes
 
     async def freezes(self) -> list[FreezeTerms]:
-        """The freezes in force (a handful at most; read once per intake batch)."""
-        query = select(FREEZES).where(FREEZES.c.lifted_at.is_(None)).order_by(FREEZES.c.at)
-        rows = await self.db.read(lambda conn: list(conn.execute(query)))
+        """The freezes in force (a handful at most)."""
+        return await self.db.read(self._freezes_in)
+
+    async def in_force(
+        self, now: datetime, *, grants: bool
+    ) -> tuple[list[FreezeTerms], list[GrantTerms]]:
+        """What the intake reads for every batch, in one read: the freezes in force and (when
+        the batch holds a call a grant might release) the live grants."""
+
+        def body(conn: Connection) -> tuple[list[FreezeTerms], list[GrantTerms]]:
+            freezes = self._freezes_in(conn)
+            live = [_terms(r) for r in conn.execute(_LIVE, {"now": now})] if grants else []
+            return freezes, live
+
+        return await self.db.read(body)
+
+    def _freezes_in(self, conn: Connection) -> list[FreezeTerms]:
+        if self.db.fast:
+            # SQLite: straight through the DB-API (every batch reads this; usually nothing).
+            rows = fastpath.dbapi(conn).execute(_FREEZES_SQL).fetchall()
+            return [
+                FreezeTerms(i, agent, ws, bool(every), reason, by, _utc(at))
+                for i, agent, ws, every, reason, by, at in rows
+            ]
         return [
             FreezeTerms(r.freeze_id, r.agent, r.workspace, bool(r.all_calls), r.reason, r.by, r.at)
-            for r in rows
+            for r in conn.execute(_FREEZES)
         ]
 
     async def freeze(self, terms: FreezeTerms, audit: Sequence[AuditEntry], now: datetime) -> None:

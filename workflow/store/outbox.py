@@ -78,9 +78,12 @@ class Outbox:
         query = select(OUTBOX).where(OUTBOX.c.proposal_id.in_(ids)).order_by(OUTBOX.c.created_at)
         return await self.db.read(lambda conn: [_event(r) for r in conn.execute(query)])
 
-    async def unconfirmed_for(self, proposal_ids: Iterable[str]) -> list[OutboxEvent]:
+    async def unconfirmed_for(
+        self, proposal_ids: Iterable[str]
+    ) -> list[tuple[OutboxEvent, datetime]]:
         """The outbox events of these proposals that JetStream has not confirmed yet (not
-        marked published): what a redelivered message may still have to send."""
+        marked published), with when they were written: what a redelivered message may still
+        have to send."""
         ids = list(proposal_ids)
         if not ids:
             return []
@@ -89,9 +92,17 @@ class Outbox:
             .where(OUTBOX.c.proposal_id.in_(ids), OUTBOX.c.published.is_(False))
             .order_by(OUTBOX.c.created_at)
         )
-        return await self.db.read(lambda conn: [_event(r) for r in conn.execute(query)])
+        return await self.db.read(
+            lambda conn: [(_event(r), r.created_at) for r in conn.execute(query)]
+        )
 
     async def unpublished(self, older_than: datetime, limit: int = 500) -> list[OutboxEvent]:
+        return [event for event, _ in await self.unpublished_rows(older_than, limit)]
+
+    async def unpublished_rows(
+        self, older_than: datetime, limit: int = 500
+    ) -> list[tuple[OutboxEvent, datetime]]:
+        """Events not marked published, written before `older_than`, with when they were."""
         async with self.db.engine.connect() as conn:
             rows = await conn.execute(
                 select(OUTBOX)
@@ -99,7 +110,7 @@ class Outbox:
                 .order_by(OUTBOX.c.created_at)
                 .limit(limit)
             )
-            return [_event(r) for r in rows]
+            return [(_event(r), r.created_at) for r in rows]
 
 
 def _event(row: Any) -> OutboxEvent:

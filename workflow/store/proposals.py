@@ -123,15 +123,20 @@ class Proposals:
             return [r.payload for r in rows][::-1]
 
     async def history(self, ident: str) -> dict[str, Any] | None:
-        """Everything stored about one proposal (by proposal id or request id)."""
+        """Everything stored about one proposal (by request id, else by proposal id).
+
+        A request id is looked up first and on its own: the two kinds of id never match in one
+        query, so a proposal whose id equals another's request id (refused at intake since
+        proposal ids may not start with `rq_`, possible in a database from before) cannot be
+        taken for that request."""
         async with self.db.engine.connect() as conn:
             req = (
-                await conn.execute(
-                    select(REQUESTS).where(
-                        (REQUESTS.c.request_id == ident) | (REQUESTS.c.proposal_id == ident)
-                    )
-                )
+                await conn.execute(select(REQUESTS).where(REQUESTS.c.request_id == ident))
             ).first()
+            if req is None:
+                req = (
+                    await conn.execute(select(REQUESTS).where(REQUESTS.c.proposal_id == ident))
+                ).first()
             pid = req.proposal_id if req is not None else ident
             prop = (await conn.execute(select(PROPOSALS).where(PROPOSALS.c.id == pid))).first()
             if prop is None:

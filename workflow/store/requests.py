@@ -29,9 +29,11 @@ class ConcurrentUpdate(Exception):
 
 
 # The reads of every decision, built once (building a statement costs more than running it).
-_BY_ID = select(REQUESTS).where(
-    (REQUESTS.c.request_id == bindparam("ident")) | (REQUESTS.c.proposal_id == bindparam("ident"))
-)
+# A request by its own id, or by its proposal's id: never one query matching either (an
+# attacker's proposal id could equal a victim's request id, and which row came first would
+# decide which call a decision approves).
+_BY_REQUEST_ID = select(REQUESTS).where(REQUESTS.c.request_id == bindparam("ident"))
+_BY_PROPOSAL_ID = select(REQUESTS).where(REQUESTS.c.proposal_id == bindparam("ident"))
 _NONCE = select(DECISIONS.c.signature).where(DECISIONS.c.nonce == bindparam("nonce"))
 _APPROVALS = (
     select(DECISIONS.c.request_id, DECISIONS.c.record)
@@ -62,11 +64,17 @@ class Requests:
             .returning(DECISIONS.c.nonce)
         )
 
-    async def load(self, ident: str) -> tuple[HeldRequest, int] | None:
-        """A request by request id or proposal id, with its approvals and version."""
+    async def load(self, request_id: str) -> tuple[HeldRequest, int] | None:
+        """A request by its request id, with its approvals and version."""
+        return await self._load(_BY_REQUEST_ID, request_id)
 
+    async def load_for_proposal(self, proposal_id: str) -> tuple[HeldRequest, int] | None:
+        """The request holding a proposal, by the proposal's id."""
+        return await self._load(_BY_PROPOSAL_ID, proposal_id)
+
+    async def _load(self, query: Any, ident: str) -> tuple[HeldRequest, int] | None:
         def body(conn: Connection) -> tuple[HeldRequest, int] | None:
-            row = conn.execute(_BY_ID, {"ident": ident}).first()
+            row = conn.execute(query, {"ident": ident}).first()
             if row is None:
                 return None
             approvals = _approvals(conn, [row.request_id])

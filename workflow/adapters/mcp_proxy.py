@@ -1,0 +1,287 @@
+"""`headgate mcp-proxy -- COMMAND ARGS…`: an MCP gateway in front of any stdio MCP server.
+
+The proxy runs the upstream server and speaks MCP to the client on stdio. `tools/list` passes
+through without the tools the policy denies this agent (`api.offered`); every `tools/call`
+becomes a proposal carrying the tool's definition (description, input schema, annotations)
+and `--server-kind`. While it waits for the outcome it sends progress notifications (clients
+abort calls that look idle); released, it calls the upstream tool with the **released**
+arguments, returns its result and reports it `executed`. Blocked, or still pending after
+`--wait`, the client gets an `isError` result with the reason or the request id: the same call
+retried binds to the same request (see `gate`). A client's `notifications/cancelled` cancels
+the pending proposal. An upstream that crashes, answers garbage or hangs gives an `isError`
+result saying so, and a released call it failed is reported as executed unsuccessfully, so
+nothing is left that could run later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shlex
+import sys
+import uuid
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import mcp_types as types
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from workflow.adapters.calls import Action, HookCall, Phase
+from workflow.adapters.gate import gate
+from workflow.client import transport
+from workflow.client.agent import Headgate
+from workflow.client.connection import Role, resolve_nats
+from workflow.client.worker import report_execution
+from workflow.errors import HeadgateError
+from workflow.messages import OfferedQuery, OfferedReply, ToolDefinition
+from workflow.routing import release_id_for
+
+log = logging.getLogger("headgate.mcp_proxy")
+
+CLIENT = "mcp"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ProxyOptions:
+    agent: str
+    command: list[str]
+    workspace: str = "default"
+    server_kind: str | None = None
+    #: Seconds a call is held for its decision before the client is told it is pending.
+    wait: float = 50.0
+    #: Seconds between progress notifications while a call waits.
+    progress_every: float = 5.0
+    #: Seconds the upstream server has to answer one request.
+    upstream_timeout: float = 120.0
+    #: Seconds the upstream server has to start and complete the MCP handshake.
+    start_timeout: float = 30.0
+    connect_timeout: float = 5.0
+    prefix: str = "headgate"
+    nats_url: str | None = None
+    data_dir: Path | None = None
+    #: Where to write the upstream's latest `tools/list` (for `headgate tools pin --tools`).
+    catalog: Path | None = None
+
+
+class UpstreamError(HeadgateError):
+    """The upstream MCP server failed: it exited, answered garbage or did not answer."""
+
+
+def definition_of(tool: types.Tool, server_kind: str | None) -> ToolDefinition:
+    """The proposal's view of an MCP tool: only what defines it (description, input schema,
+    annotations as the spec spells them)."""
+    annotations = (
+        tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None
+    )
+    return ToolDefinition.model_validate({
+        "description": tool.description or "", "input_schema": tool.input_schema,
+        "annotations": annotations or None, "server": server_kind,
+    })  # fmt: skip
+
+
+def error_result(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+def _summary(result: types.CallToolResult, limit: int = 400) -> str:
+    texts = [c.text for c in result.content if isinstance(c, types.TextContent)]
+    shown = " ".join(texts) if texts else json.dumps(result.structured_content, default=str)
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+@dataclass
+class Proxy:
+    hg: Headgate
+    upstream: ClientSession
+    options: ProxyOptions
+    session_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    tools: dict[str, types.Tool] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ upstream
+    async def _upstream(self, what: str, call: Awaitable[T]) -> T:
+        """One request to the upstream, bounded in time; its failures become UpstreamError."""
+        try:
+            with anyio.fail_after(self.options.upstream_timeout):
+                return await call
+        except TimeoutError as exc:
+            raise UpstreamError(
+                f"the upstream MCP server did not answer {what} within "
+                f"{self.options.upstream_timeout:g}s"
+            ) from exc
+        except Exception as exc:
+            raise UpstreamError(
+                f"the upstream MCP server failed on {what}: {str(exc) or type(exc).__name__}"
+            ) from exc
+
+    async def upstream_tools(self) -> list[types.Tool]:
+        found: list[types.Tool] = []
+        cursor: str | None = None
+        while True:
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await self._upstream("tools/list", self.upstream.list_tools(params=params))
+            found.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        self.tools = {t.name: t for t in found}
+        if self.options.catalog is not None:
+            self._record(found)
+        return found
+
+    def _record(self, tools: list[types.Tool]) -> None:
+        catalog = {
+            "server_kind": self.options.server_kind,
+            "tools": [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in tools],
+        }
+        assert self.options.catalog is not None
+        tmp = self.options.catalog.with_suffix(".tmp")
+        tmp.write_text(json.dumps(catalog, indent=2))
+        tmp.replace(self.options.catalog)
+
+    # ------------------------------------------------------------------ tools/list
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        tools = await self.upstream_tools()
+        denied = await self._denied(tools)
+        return types.ListToolsResult(tools=[t for t in tools if t.name not in denied])
+
+    async def _denied(self, tools: list[types.Tool]) -> set[str]:
+        """The tools the policy denies this agent; none when Headgate cannot tell (every call
+        is still gated: the listing is a convenience, the proposal is the boundary)."""
+        listing = {"tools": [
+            {"name": t.name, "description": t.description or "", "inputSchema": t.input_schema,
+             "annotations": definition_of(t, None).model_dump(mode="json")["annotations"] or {}}
+            for t in tools
+        ]}  # fmt: skip
+        if self.options.server_kind:
+            listing["server_kind"] = self.options.server_kind  # type: ignore[assignment]
+        query = OfferedQuery(agent=self.hg.agent, workspace=self.hg.workspace, tools=listing)
+        try:
+            reply = await transport.request(
+                self.hg.nc, self.hg.subjects, "offered", query, OfferedReply
+            )
+        except Exception as exc:
+            log.warning("cannot ask Headgate which tools to offer (%s): listing them all", exc)
+            return set()
+        return {t.name for t in reply.denied} if reply is not None else set()
+
+    # ------------------------------------------------------------------ tools/call
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        try:
+            return await self._call(ctx, params)
+        except UpstreamError as exc:
+            return error_result(f"{exc}. Nothing ran.")
+
+    async def _call(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        name, arguments = params.name, dict(params.arguments or {})
+        tool = self.tools.get(name)
+        if tool is None:
+            await self.upstream_tools()
+            tool = self.tools.get(name)
+        if tool is None:
+            return error_result(f"The upstream MCP server has no tool `{name}`. Nothing ran.")
+        call = HookCall(
+            CLIENT, "tools/call", Phase.BEFORE, tool=name, arguments=arguments, cwd=os.getcwd(),
+            session_id=self.session_id, server=self.options.server_kind,
+        )  # fmt: skip
+
+        async def progress(waited: float, request_id: str | None) -> None:
+            held = f" (request {request_id})" if request_id else ""
+            await ctx.session.report_progress(
+                waited, None, f"waiting for approval in Headgate{held}"
+            )
+
+        proposed: list[str] = []
+        try:
+            gated = await gate(
+                self.hg, call, self.options.wait, progress=progress,
+                definition=definition_of(tool, self.options.server_kind),
+                every=self.options.progress_every, on_proposal=proposed.append,
+            )  # fmt: skip
+        except anyio.get_cancelled_exc_class():
+            # The client gave up on the call (notifications/cancelled): withdraw it, so an
+            # approval arriving later releases nothing.
+            if proposed:
+                with anyio.CancelScope(shield=True):
+                    await self.hg.cancel(proposed[0], "the MCP client cancelled the call")
+            raise
+        if gated.answer.action is not Action.ALLOW or gated.released is None:
+            return error_result(gated.answer.reason)
+        return await self._run(name, gated.released.arguments, gated.proposal_id)
+
+    async def _run(self, name: str, arguments: dict[str, Any], pid: str) -> types.CallToolResult:
+        """Call the upstream with the released arguments; report what happened, whatever it is."""
+        release = release_id_for(pid)
+        try:
+            result = await self._upstream(f"`{name}`", self.upstream.call_tool(name, arguments))
+        except UpstreamError as exc:
+            await report_execution(
+                self.hg.nc, self.hg.subjects, release, pid, self.hg.agent, False, str(exc)
+            )
+            raise
+        await report_execution(
+            self.hg.nc, self.hg.subjects, release, pid, self.hg.agent, not result.is_error,
+            _summary(result),
+        )  # fmt: skip
+        return result
+
+
+async def serve(options: ProxyOptions) -> None:
+    """Run the upstream server and serve MCP on stdio until the client closes it."""
+    try:
+        await _serve(options)
+    except BaseExceptionGroup as group:  # the SDK's task groups wrap what went wrong
+        found = group.subgroup(lambda e: isinstance(e, HeadgateError))
+        if found is not None:
+            raise _first(found) from group
+        raise
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    inner = group.exceptions[0]
+    return _first(inner) if isinstance(inner, BaseExceptionGroup) else inner
+
+
+async def _serve(options: ProxyOptions) -> None:
+    target = resolve_nats(options.nats_url, role=Role.AGENT, data_dir=options.data_dir)
+    upstream = StdioServerParameters(command=options.command[0], args=options.command[1:])
+    async with (
+        Headgate.connect(
+            target, agent=options.agent, workspace=options.workspace, prefix=options.prefix,
+            connect_timeout=options.connect_timeout,
+        ) as hg,
+        stdio_client(upstream, errlog=sys.stderr) as (read, write),
+        ClientSession(read, write) as session,
+    ):  # fmt: skip
+        try:
+            with anyio.fail_after(options.start_timeout):
+                await session.initialize()
+        except Exception as exc:
+            why = "no answer" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
+            raise UpstreamError(
+                f"the upstream MCP server `{shlex.join(options.command)}` did not complete the "
+                f"MCP handshake within {options.start_timeout:g}s ({why}); is it an MCP server "
+                "speaking stdio?"
+            ) from exc
+        proxy = Proxy(hg, session, options)
+        server: Server[Any] = Server(
+            "headgate-mcp-proxy", on_list_tools=proxy.list_tools, on_call_tool=proxy.call_tool
+        )
+        async with stdio_server() as (client_read, client_write):
+            with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError):
+                await server.run(client_read, client_write, server.create_initialization_options())
