@@ -85,7 +85,9 @@ async def to_resend(
     """Of events that may not have reached JetStream, each with the time it was first sent,
     those to send again: every one still inside the duplicate window (JetStream drops a copy
     of what it holds), and the older ones their stream does not hold (a copy of those would
-    be stored twice: a second `released` event)."""
+    be stored twice: a second `released` event). The stream is searched for the ids the
+    service publishes under (`ServiceKey.message_id`): a message another client stored under
+    the plain id does not count as the service's event."""
     horizon = now - timedelta(seconds=RESEND_HORIZON)
     young = [event for event, at in events if at > horizon]
     old = [(event, at) for event, at in events if at <= horizon]
@@ -97,13 +99,7 @@ async def to_resend(
     stored: set[str] = set()
     for subject, first in since.items():
         stored |= await stored_msg_ids(js, subject, first - CLOCK_SLACK)
-    # Stored under the keyed id the service publishes with (`ServiceKey.message_id`), or under
-    # the plain id by a version that did not key them.
-    return young + [
-        event
-        for event, _ in old
-        if event.msg_id not in stored and signer.message_id(event.msg_id) not in stored
-    ]
+    return young + [event for event, _ in old if signer.message_id(event.msg_id) not in stored]
 
 
 async def stored_msg_ids(js: JetStreamContext, subject: str, since: datetime) -> set[str]:
