@@ -9,7 +9,7 @@ every field but `signature` (`workflow.messages.signed_text`).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BaseModel, Field
 
@@ -48,6 +48,9 @@ class GrantIssue(Wire):
     tool: Annotated[str, Field(min_length=1, max_length=200)]
     workspace: Token
     agent: Token | None = Field(default=None, description="Only this agent's calls (else any).")
+    session_id: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+        default=None, description="Only the calls of this client session (proposal context)."
+    )
     scope: GrantScope
     command_prefix: (
         Annotated[list[Annotated[str, Field(min_length=1, max_length=4096)]], Field(max_length=64)]
@@ -82,6 +85,7 @@ class GrantInfo(Wire):
     tool: str
     workspace: str
     agent: str | None = None
+    session_id: str | None = None
     scope: GrantScope
     command_prefix: list[str] | None = None
     path_glob: str | None = None
@@ -168,6 +172,25 @@ class FreezesQuery(Wire):
     """The freezes in force (`<prefix>.api.freezes`)."""
 
 
+class BacktestQuery(Wire):
+    """Backtest a policy over the stored proposals (`<prefix>.api.policy.backtest`)."""
+
+    policy: Annotated[str, Field(max_length=1_000_000)] = Field(
+        description="The new policy, as the text of a policy file (TOML)."
+    )
+    since_seconds: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="Only the proposals of this last period (else all)."
+    )
+    examples: Annotated[int, Field(ge=0, le=20)] = 3
+
+
+class BacktestReply(Wire):
+    """What `headgate policy backtest --json` prints: counts before/after, changes, tools and
+    agents behind them, prompts per day, examples."""
+
+    report: dict[str, Any]
+
+
 #: The controls' wire models, by schema file name (merged into `headgate schemas`).
 CONTROL_MODELS: dict[str, type[BaseModel]] = {
     "api_grant_issue": GrantIssue,
@@ -178,4 +201,6 @@ CONTROL_MODELS: dict[str, type[BaseModel]] = {
     "api_freeze": FreezeOrder,
     "api_freeze_reply": FreezeReply,
     "api_freezes_query": FreezesQuery,
+    "api_backtest_query": BacktestQuery,
+    "api_backtest_reply": BacktestReply,
 }

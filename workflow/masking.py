@@ -57,6 +57,17 @@ _VALUE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
         ),
         rf"\1{MASK}",
     ),
+    # curl/wget-style credentials: -u user:password, --user=user:password
+    (
+        re.compile(r"""((?:^|[\s'"])(?:-u|--user|--proxy-user)(?:\s+|=)['"]?[^\s:'"]+:)[^\s'"]+"""),
+        rf"\1{MASK}",
+    ),
+    # a password glued to -p (mysql, mariadb and their tools) or after sshpass -p
+    (
+        re.compile(r"(\b(?:mysql\w*|mariadb\w*)\b[^|;&\n]*?\s-p)(?=[^\s-])[^\s'\"|;&]+"),
+        rf"\1{MASK}",
+    ),
+    (re.compile(r"(\bsshpass\s+-p\s*)[^\s'\"]+"), rf"\1{MASK}"),
     # user:password@host in URLs
     (re.compile(r"(://[^/\s:@]+:)[^@\s/]+@"), rf"\1{MASK}@"),
 )
@@ -85,7 +96,7 @@ def _looks_opaque(token: str) -> bool:
 _CLUES = (
     "bearer", "basic", "token", "eyj", "-----begin", "sk-", "ghp_", "gho_", "ghu_", "ghs_",
     "ghr_", "github_pat_", "xox", "akia", "asia", "aiza", "_live_", "_test_", "passw", "pwd",
-    "secret", "key", "auth",
+    "secret", "key", "auth", "-u", "mysql", "mariadb", "sshpass",
 )  # fmt: skip
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import hashlib
+import hmac
 import os
 from pathlib import Path
 from typing import Any
@@ -184,6 +186,7 @@ class ServiceKey:
             raise ConfigError("not a valid nkeys seed (expected a line starting with SN)") from exc
         if not self.public_key.startswith("N"):
             raise ConfigError("the service key must be a server seed (SN…), not a user seed")
+        self._id_key = hashlib.sha256(b"headgate-msg-id\n" + self.seed).digest()
 
     @classmethod
     def generate(cls) -> ServiceKey:
@@ -203,6 +206,15 @@ class ServiceKey:
     @property
     def seed(self) -> bytes:
         return bytes(self._pair.seed)
+
+    def message_id(self, msg_id: str) -> str:
+        """The `Nats-Msg-Id` an event is published under: its id and a tag only this key can
+        make. Event ids derive from ids an agent chooses (`inbox:<request id>`,
+        `released:<proposal id>`); without the tag anyone could publish first under the same id
+        and JetStream would drop the service's event as a duplicate. The tag is deterministic,
+        so a re-sent event is still deduplicated (by every replica sharing the key)."""
+        tag = hmac.new(self._id_key, msg_id.encode(), hashlib.sha256).hexdigest()[:20]
+        return f"{msg_id}~{tag}"
 
     def headers(self, subject: str, payload: bytes) -> dict[str, str]:
         """The headers that make a message verifiable as this service's."""

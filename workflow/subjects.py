@@ -16,7 +16,9 @@ API_NAMES = ("pending", "get", "explain", "cancel", "offered", "key")
 #: The web inbox's queries (`<prefix>.api.web.<name>`).
 WEB_API_NAMES = ("invite", "invitation", "register", "passkey")
 #: The approvers' controls (`<prefix>.api.<name>`): grants and freezes.
-CONTROL_API_NAMES = ("grant.issue", "grant.list", "grant.revoke", "freeze", "freezes")
+CONTROL_API_NAMES = (
+    "grant.issue", "grant.list", "grant.revoke", "freeze", "freezes", "policy.backtest",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workflow.classify import shell
+from workflow.classify import parsing, shell
 from workflow.classify.memo import CostBoundedLRU
 from workflow.classify.shellstate import MAX_ARGV_WORDS, MAX_NESTING, MAX_WORK, ShellState
 from workflow.classify.tables import DEFAULT_TABLES
@@ -93,9 +93,10 @@ def test_the_cost_bounded_cache_never_holds_more_than_its_budget(
 
 def test_the_parse_cache_is_bounded_by_bytes() -> None:
     for i in range(600):
-        shell._parse(f"echo {i} ".encode() + b"x" * 1_000)
+        parsing.parse(f"echo {i} ".encode() + b"x" * 1_000)
         if i % 20 == 0:
-            shell._parse(f"echo {i} ".encode() + b"y" * 60_000)
-    assert shell._parse.total <= shell.PARSE_CACHE_BYTES
-    assert shell._parse.total == sum(shell._tree_cost(k) for k in shell._parse._entries)
-    assert all(len(k) <= shell.MAX_CACHED_SOURCE for k in shell._parse._entries)
+            parsing.parse(f"echo {i} ".encode() + b"y" * 60_000)
+    cache = parsing.parse
+    assert cache.total <= parsing.PARSE_CACHE_BYTES
+    assert cache.total == sum(parsing._tree_cost(k) for k in cache._entries)
+    assert all(len(k) <= parsing.MAX_CACHED_SOURCE for k in cache._entries)

@@ -32,6 +32,12 @@ FORMS = [
     'f={p}; cat "$f"',
     "f={p}; g=$f; cat $g",
     'for f in {p}; do cat "$f"; done',
+    'f=$(echo {p}); cat "$f"',
+    'a=(x {p}); cat "${{a[1]}}"',
+    "find ~ /etc -name {last} -exec cat {{}} +",
+    'printf -v f %s {p}; cat "$f"',
+    'read -r f <<< {p}; cat "$f"',
+    "cat $(printf '%s' {p})",
     "xargs -a {p} echo",
     "xargs --arg-file={p} echo",
     "parallel echo :::: {p}",
@@ -55,6 +61,7 @@ def _spellings(p: str, at: int) -> dict[str, str]:
         "braced": f"{head}/{{nothing,{last}}}",
         "questioned": f"{head}/{last[:i]}?{last[i + 1 :]}",
         "absolute": _absolute(p),
+        "last": last,
     }
 
 
@@ -142,6 +149,9 @@ def test_the_services_own_data_is_a_protected_secret(path: str) -> None:
         "jq .name package.json",
         "echo {1..3}",
         "cat README.{md,rst}",
+        "find . -name README.md -exec cat {} +",
+        "find . -name '*.md' -exec cat {} +",
+        'arr=(a.txt b.txt); cat "${arr[0]}"',
     ],
 )
 def test_everyday_reads_stay_reads(command: str) -> None:

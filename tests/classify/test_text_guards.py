@@ -24,9 +24,11 @@ BIG = st.integers(min_value=0x100, max_value=0x10FFFF).filter(lambda c: not 0xD8
 _CHILD = """
 import json, sys
 from tests.classify.helpers import run
+from workflow.classify.simple import simple_argv
 out = []
 for command in json.load(sys.stdin):
     result = run(command)
+    assert simple_argv(command) is None  # command grants parse through the same guard
     out.append([result.risk_class.value, result.fail_closed])
 print(json.dumps(out))
 """

@@ -263,3 +263,16 @@ def test_no_grant_covers_what_needs_more_than_one_approval(
 ) -> None:
     assert not_grantable(cls, verdict) is not None
     assert grant_release(call("npm test"), cls, verdict, [grant()], POLICY, NOW) is None
+
+
+def test_a_session_grant_covers_only_the_calls_of_its_session() -> None:
+    terms = grant(session_id="s1")
+
+    def in_session(session: str | None) -> Proposal:
+        return call("npm test").model_copy(
+            update={"context": ProposalContext(cwd="/repo", session_id=session)}
+        )
+
+    assert released(in_session("s1"), terms)
+    assert not released(in_session("s2"), terms)
+    assert not released(in_session(None), terms)

@@ -310,6 +310,13 @@ async def test_the_cli_grants_lists_approves_in_batch_and_freezes(
         (grant,) = json.loads(listed.output)
         assert grant["command_prefix"] == ["make", "x"]
         assert (await cli("approve", raw["request_id"], "--grant", "soon")).exit_code == 2
+        later = await propose(h.nc, h.subjects, tool="run_shell", arguments={"command": "make q"})
+        (held,) = await h.observer.wait_for("inbox", later)
+        out = await cli("approve", held["request_id"], "--grant", "9h", *signed_as)
+        assert out.exit_code == 1  # the approval stands, the grant is refused
+        assert "accepted:" in out.output
+        assert "grant refused:" in out.output
+        await h.observer.wait_for("released", later)
 
         items = await held_items(h, 3, agent="agent-9")
         out = await cli("approve", "--all", "--agent", "agent-9", "--tool", "write_file",
@@ -318,6 +325,14 @@ async def test_the_cli_grants_lists_approves_in_batch_and_freezes(
         for item in items:
             await h.observer.wait_for("released", item.proposal_id)
         assert (await cli("approve", "--all", "--yes", *signed_as)).exit_code == 2  # no filter
+
+        ours = await held_items(h, 2, agent="agent-8", context={"session_id": "s1"})
+        (theirs,) = await held_items(h, 1, agent="agent-8", context={"session_id": "s2"})
+        out = await cli("approve", "--all", "--session", "s1", "--yes", *signed_as)
+        assert out.exit_code == 0, out.output
+        for item in ours:
+            await h.observer.wait_for("released", item.proposal_id)
+        assert (await h.service_history(theirs.proposal_id))["status"] == "pending"
 
         out = await cli("freeze", "--workspace", "default", "--reason", "drill", *signed_as)
         assert out.exit_code == 0, out.output
@@ -364,3 +379,48 @@ async def test_an_edited_call_is_evaluated_released_with_its_arguments_and_audit
         assert "decision.edited" in await h.audit_kinds()
         history = await h.service_history(pid)
         assert history["proposal"]["arguments"] == {"command": "make deploy-all"}  # as proposed
+
+
+async def test_a_grant_limited_to_a_session_releases_only_that_sessions_calls(
+    nats_url: str, tmp_path: Path, database_url: str
+) -> None:
+    async with replicas(nats_url, tmp_path, database_url) as (h,):
+        context = {"session_id": "s1"}
+        pid = await propose(h.nc, h.subjects, tool="run_shell",
+                            arguments={"command": "npm test"}, context=context)  # fmt: skip
+        (raw,) = await h.observer.wait_for("inbox", pid)
+        item = InboxItem.model_validate({k: v for k, v in raw.items() if k != "_subject"})
+        made = await approver(h).grant(item, ttl=600, this_session=True)
+        assert made.session_id == "s1"
+        same = await propose(h.nc, h.subjects, tool="run_shell",
+                             arguments={"command": "npm test"}, context=context)  # fmt: skip
+        other = await propose(h.nc, h.subjects, tool="run_shell",
+                              arguments={"command": "npm test"},
+                              context={"session_id": "s2"})  # fmt: skip
+        assert await outcome(h, same) == "released"
+        assert await outcome(h, other) == "held"
+
+
+async def test_the_api_backtests_a_policy_over_the_services_store(
+    nats_url: str, tmp_path: Path, database_url: str
+) -> None:
+    async with replicas(nats_url, tmp_path, database_url) as (h,):
+        held = [
+            await propose(
+                h.nc, h.subjects, tool="write_file", arguments={"path": f"{i}.txt"}, workspace=ws
+            )
+            for i, ws in enumerate(["prod", "prod", "default"])
+        ]
+        read = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
+        for pid in held:
+            await h.observer.wait_for("inbox", pid)
+        await h.observer.wait_for("released", read)
+        new = '[workspaces.prod.classes.write_local]\ndecision = "deny"\n'
+        report = await approver(h).backtest(new, since=3600, examples=1)
+        assert report["proposals"] == 4
+        assert report["changes"] == [{"from": "require_approval", "to": "deny", "count": 2}]
+        assert report["tools"] == {"write_file": 2}
+        (example,) = report["examples"]
+        assert len(example["calls"]) == 1
+        with pytest.raises(ApiRefused, match="The policy is not valid"):
+            await approver(h).backtest("[classes.exec]\ndecision = 'sometimes'\n")

@@ -50,6 +50,7 @@ async def decide(call: HookCall, options: GateOptions) -> Answer:
     async with Headgate.connect(
         target, agent=options.agent, workspace=options.workspace, prefix=options.prefix,
         connect_timeout=options.connect_timeout, max_reconnect_attempts=0,
+        data_dir=options.data_dir,  # where `serve` wrote its key (service.pub): trusted events
     ) as hg:  # fmt: skip
         if call.phase is Phase.AFTER:
             await report(hg, call)

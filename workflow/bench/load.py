@@ -200,7 +200,7 @@ class Observer:
         if tracker is None or mid is None:
             return
         outcome, _, pid = mid.partition(":")
-        tracker.done(pid, outcome, t)
+        tracker.done(pid.partition("~")[0], outcome, t)  # the id, without the service's tag
 
     async def _on_inbox(self, msg: Msg) -> None:
         t = perf_counter()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from workflow.classify.findings import Finding, finding
-from workflow.classify.shellstate import ShellState, Word, is_sensitive, shown
+from workflow.classify.shellstate import ShellState, Word, is_sensitive, shown, texts_of
 from workflow.classify.taxonomy import RiskClass, Severity
 
 
@@ -163,6 +163,20 @@ def _hash(name: str, args: list[Word], st: ShellState) -> None:
 def _printf(name: str, args: list[Word], st: ShellState) -> None:
     if args and args[0].value == "-v" and len(args) > 1:
         check_names([args[1]], st, "assigns through `printf -v`")
+        fmt = args[2].text if len(args) > 2 else ""
+        if fmt in ("%s", "%s\\n") and len(args) > 3:
+            st.remember(args[1].text, texts_of(args[3]))
+        elif "%" not in fmt and len(args) > 2:
+            st.remember(args[1].text, texts_of(args[2]))
+
+
+def remember_read(args: list[Word], stdin_text: str | None, st: ShellState) -> None:
+    """`read -r f <<< ~/.ssh/id_rsa`: the names read take the text fed to `read`."""
+    if stdin_text is None:
+        return
+    _, names = _operands(args, frozenset({"-a", "-d", "-i", "-n", "-N", "-p", "-t", "-u"}))
+    for w in names[:1]:
+        st.remember(w.text, [stdin_text.strip()])
 
 
 def _read(name: str, args: list[Word], st: ShellState) -> None:

@@ -165,6 +165,8 @@ def _analyse(words: list[Word], st: ShellState, stdin_text: str | None) -> froze
     feature = builtins.HANDLERS.get(name)
     if feature is not None:
         feature(name, args, st)
+        if name == "read":
+            builtins.remember_read(args, stdin_text, st)
     said, traits, path_args = ruleset.apply(name, args, st, stdin_text)
     if said is None:
         checker = READ_ONLY.get(name)

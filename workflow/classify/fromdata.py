@@ -16,7 +16,14 @@ from workflow.classify import commands, rules
 from workflow.classify.findings import finding
 from workflow.classify.grammar import find_primaries
 from workflow.classify.readonly import READ_ONLY
-from workflow.classify.shellstate import DYNAMIC, UNKNOWN_WORD, ShellState, Word, shown
+from workflow.classify.shellstate import (
+    DYNAMIC,
+    MAX_ALTS,
+    UNKNOWN_WORD,
+    ShellState,
+    Word,
+    shown,
+)
 from workflow.classify.targets import Access, check_path
 from workflow.classify.taxonomy import Category, RiskClass, Severity
 
@@ -81,8 +88,11 @@ def _interpreter_on_data(what: str, interpreter: str, st: ShellState) -> None:
     )
 
 
-def _replaced(words: list[Word], marker: str | re.Pattern[str]) -> tuple[list[Word], bool]:
-    """`words` with every word holding the replacement string made unknown."""
+def _replaced(
+    words: list[Word], marker: str | re.Pattern[str], alts: tuple[str, ...] = ()
+) -> tuple[list[Word], bool]:
+    """`words` with every word holding the replacement string made unknown (with `alts`, the
+    texts it may take, when a whole word is the replacement string)."""
     out: list[Word] = []
     hit = False
     for w in words:
@@ -97,7 +107,7 @@ def _replaced(words: list[Word], marker: str | re.Pattern[str]) -> tuple[list[Wo
                 if isinstance(marker, re.Pattern)
                 else text.replace(marker, DYNAMIC)
             )
-            out.append(Word(None, approx, w.traits))
+            out.append(Word(None, approx, w.traits, alts if text == marker else ()))
         else:
             out.append(w)
     return out, hit
@@ -285,15 +295,38 @@ def parallel(name: str, args: list[Word], st: ShellState, stdin_text: str | None
     return st.nested(text, f"The `{name}` command", st)
 
 
+_FIND_NAMES = frozenset({"-name", "-iname"})
+_FIND_PATHS = frozenset({"-path", "-ipath", "-wholename", "-iwholename"})
+
+
+def _found_names(args: list[Word], primaries: list[tuple[str, list[Word]]]) -> tuple[str, ...]:
+    """The paths `{}` may stand for, from the root and the name tests: `find ~ -name id_rsa
+    -exec cat {} +` cats `~/**/id_rsa`. Without a name test it may be anything (None known)."""
+    roots: list[str] = []
+    for w in args:  # the starting points come before the first expression word
+        if w.text.startswith(("-", "(", "!", ")")):
+            break
+        roots.append(w.text)
+    out: list[str] = []
+    for primary, values in primaries:
+        if values and primary in _FIND_NAMES:
+            out.extend(f"{root.rstrip('/')}/**/{values[0].text}" for root in roots or ["."])
+        elif values and primary in _FIND_PATHS:
+            out.append(values[0].text)
+    return tuple(out[:MAX_ALTS])
+
+
 _FIND_WRITES = frozenset({"-delete", "-fprint", "-fprint0", "-fprintf", "-fls"})
 
 
 def find(name: str, args: list[Word], st: ShellState, stdin_text: str | None) -> frozenset[str]:
     traits: set[str] = set()
-    for primary, values in find_primaries(args):  # grammar.py: a value is never a primary
+    primaries = list(find_primaries(args))  # grammar.py: a value is never a primary
+    found = _found_names(args, primaries)
+    for primary, values in primaries:
         if primary in ("-exec", "-execdir", "-ok", "-okdir"):
             # GNU find replaces `{}` anywhere inside an argument, not only a whole `{}`.
-            inner, _ = _replaced(values, "{}")
+            inner, _ = _replaced(values, "{}", found)
             interpreter = runs_interpreter(inner)
             if interpreter is not None:
                 _interpreter_on_data(f"find {shown(args)}", interpreter, st)

@@ -15,12 +15,23 @@ import posixpath
 import re
 from functools import lru_cache
 
-import tree_sitter_bash
-from tree_sitter import Language, Node, Parser, Tree
+from tree_sitter import Node
 
 from workflow.classify import builtins, commands
 from workflow.classify.findings import Finding, finding
-from workflow.classify.memo import CostBoundedLRU, per_object
+from workflow.classify.memo import per_object
+from workflow.classify.parsing import MAX_COMMAND_BYTES as MAX_COMMAND_BYTES
+from workflow.classify.parsing import (
+    ansi_c,
+    odd_text_finding,
+    parse,
+    parse_failure,
+    problem,
+    text_ok,
+    unescape_dq,
+    unescape_word,
+)
+from workflow.classify.parsing import text_of as _text
 from workflow.classify.rules import env_dump
 from workflow.classify.shellstate import (
     DECODE,
@@ -29,6 +40,8 @@ from workflow.classify.shellstate import (
     INTERP,
     MAX_ALTS,
     MAX_ARGV_WORDS,
+    MAX_NESTING,
+    MAX_WORK,
     Exhausted,
     ShellState,
     Template,
@@ -40,13 +53,9 @@ from workflow.classify.shellstate import (
 from workflow.classify.tables import ClassifierTables
 from workflow.classify.targets import Access, check_path, normalise, path_rules
 from workflow.classify.taxonomy import Category, RiskClass, Severity
-from workflow.classify.textguard import describe, odd_character, scanner_hazard
+from workflow.classify.textguard import odd_character
 
 MAX_DEPTH = 6
-MAX_COMMAND_BYTES = 64 * 1024
-
-_LANGUAGE = Language(tree_sitter_bash.language())
-_PARSER = Parser(_LANGUAGE)
 
 _SECRET_VAR = re.compile(r"(?i)(secret|token|passw|api_?key|private_?key|credential|auth)")
 #: An array subscript holding a command substitution (`a[$(id)]`), written as quoted data:
@@ -54,28 +63,6 @@ _SECRET_VAR = re.compile(r"(?i)(secret|token|passw|api_?key|private_?key|credent
 #: `printf -v` evaluate such text as code when a variable holds it.
 _SUBSCRIPT_CODE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\[[^\]]*(?:\$\(|`)")
 _SAFE_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
-_ANSI_SIMPLE = {
-    "a": "\a",
-    "b": "\b",
-    "e": "\x1b",
-    "E": "\x1b",
-    "f": "\f",
-    "n": "\n",
-    "r": "\r",
-    "t": "\t",
-    "v": "\v",
-    "\\": "\\",
-    "'": "'",
-    '"': '"',
-    "?": "?",
-}
-_ANSI_ESCAPE = re.compile(
-    r"\\(x[0-9A-Fa-f]{1,2}|[0-7]{1,3}|u[0-9A-Fa-f]{1,4}|"
-    r"U[0-9A-Fa-f]{1,8}|c.|.)",
-    re.DOTALL,
-)
-
-
 _WORD_TYPES = frozenset(
     {
         "word",
@@ -90,56 +77,6 @@ _WORD_TYPES = frozenset(
 )
 
 
-def _text(node: Node) -> str:
-    return (node.text or b"").decode("utf-8", "replace")
-
-
-def _ansi_c(body: str) -> str:
-    def sub(m: re.Match[str]) -> str:
-        esc = m.group(1)
-        if esc[0] in "xuU":
-            return chr(int(esc[1:], 16)) if len(esc) > 1 else m.group(0)
-        if esc[0].isdigit():
-            return chr(int(esc, 8) & 0xFF)
-        if esc[0] == "c":
-            return chr(ord(esc[1]) & 0x1F)
-        return _ANSI_SIMPLE.get(esc, m.group(0))
-
-    return _ANSI_ESCAPE.sub(sub, body)
-
-
-def _unescape_word(text: str) -> str:
-    if "\\" not in text:
-        return text  # the common case: nothing to unescape
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "\\" and i + 1 < len(text):
-            if text[i + 1] != "\n":
-                out.append(text[i + 1])
-            i += 2
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
-
-
-def _unescape_dq(text: str) -> str:
-    return re.sub(r'\\([$`"\\\n])', lambda m: "" if m.group(1) == "\n" else m.group(1), text)
-
-
-def _problem(root: Node) -> str:
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if node.is_missing:
-            return f"a missing `{node.type}` at column {node.start_point[1] + 1}"
-        if node.type == "ERROR":
-            snippet = _text(node)[:40]
-            return f"a syntax error at `{snippet}` (line {node.start_point[0] + 1})"
-        stack.extend(c for c in node.children if c.has_error or c.is_missing)
-    return "a syntax error"
-
-
 class Walker:
     """Walks one parsed command line, adding findings to the state; returns traits."""
 
@@ -149,28 +86,37 @@ class Walker:
     # ------------------------------------------------------------------ words
 
     def word(self, node: Node) -> Word:
-        self.st.charge()
-        self.st.enter()
+        st = self.st  # charge() and enter(), inlined: this runs for every node
+        st.work += 1
+        if st.work > MAX_WORK or st.nesting >= MAX_NESTING:
+            st.charge(0)
+            st.enter()
+        st.nesting += 1
         try:
             return self._word(node)
         finally:
-            self.st.leave()
+            st.nesting -= 1
 
     def _word(self, node: Node) -> Word:
         t = node.type
         if t == "word" or t == "number":
-            text = _unescape_word(_text(node))
+            text = unescape_word(_text(node))
             return self._data(text)
         if t == "raw_string":
             return self._data(_text(node)[1:-1])
         if t == "ansi_c_string":
-            return self._data(_ansi_c(_text(node)[2:-1]))
+            return self._data(ansi_c(_text(node)[2:-1]))
         if t in ("string", "translated_string", "concatenation"):
             return self._join([self._part(c) for c in node.named_children], node)
         if t in ("simple_expansion", "expansion"):
             return self._expansion(node)
         if t in ("command_substitution", "process_substitution", "arithmetic_expansion"):
             traits = self.walk_children(node)
+            inner = node.named_children
+            # `$(echo ~/.ssh/id_rsa)`: the text a lone echo/printf prints is what it may give
+            echoed = self._echoed(inner[0]) if t == "command_substitution" and inner else None
+            if echoed is not None and len(inner) == 1:
+                return Word(None, DYNAMIC, traits, (echoed.rstrip("\n"),))
             return Word(None, DYNAMIC, traits)
         traits = self.walk_children(node)
         return Word(None, _text(node) or DYNAMIC, traits)
@@ -189,7 +135,7 @@ class Walker:
 
     def _part(self, node: Node) -> Word:
         if node.type == "string_content":
-            return self._data(_unescape_dq(_text(node)))
+            return self._data(unescape_dq(_text(node)))
         return self.word(node)
 
     def _join(self, parts: list[Word], node: Node) -> Word:
@@ -210,6 +156,9 @@ class Walker:
         names = [
             c for c in node.named_children if c.type in ("variable_name", "special_variable_name")
         ]
+        if not names:  # `${arr[0]}`: the name sits in the subscript
+            sub = next((c for c in node.named_children if c.type == "subscript"), None)
+            names = [c for c in sub.named_children if c.type == "variable_name"] if sub else []
         name = _text(names[0]) if names else ""
         simple = node.type == "simple_expansion" or _text(node) == "${" + name + "}"
         traits: frozenset[str] = frozenset()
@@ -285,12 +234,16 @@ class Walker:
         return frozenset(traits)
 
     def walk(self, node: Node, stdin_text: str | None = None) -> frozenset[str]:
-        self.st.charge()
-        self.st.enter()
+        st = self.st  # charge() and enter(), inlined: this runs for every node
+        st.work += 1
+        if st.work > MAX_WORK or st.nesting >= MAX_NESTING:
+            st.charge(0)
+            st.enter()
+        st.nesting += 1
         try:
             return self._walk(node, stdin_text)
         finally:
-            self.st.leave()
+            st.nesting -= 1
 
     def _walk(self, node: Node, stdin_text: str | None) -> frozenset[str]:
         t = node.type
@@ -342,7 +295,11 @@ class Walker:
         word = self.word(value) if value is not None else Word("", "")
         if is_sensitive(name.split("[", 1)[0], word.value):
             self.st.add(builtins.sensitive_assignment(name))
-        self.st.remember(name, texts_of(word))
+        if value is not None and value.type == "array":  # `a=(~/.ssh/*)`: each element
+            elements = [self.word(c) for c in value.named_children]
+            self.st.remember(name, [t for w in elements for t in texts_of(w)])
+        else:
+            self.st.remember(name, texts_of(word))
         return word.traits
 
     def command(self, node: Node, stdin_text: str | None) -> frozenset[str]:
@@ -504,21 +461,11 @@ class Walker:
             )
 
 
-def _parse_failure(message: str) -> Finding:
-    return finding(
-        "shell.unparseable",
-        message,
-        RiskClass.EXEC,
-        Severity.CRITICAL,
-        fail_closed=True,
-    )
-
-
 def analyse_source(source: str, label: str, state: ShellState) -> frozenset[str]:
     """Parse and walk one shell source (a command line or a nested `-c` string)."""
     if state.depth > MAX_DEPTH:
         state.add(
-            _parse_failure(
+            parse_failure(
                 f"{label} nests shells more than {MAX_DEPTH} levels deep; it cannot be analysed "
                 "and fails closed (critical)."
             )
@@ -527,16 +474,16 @@ def analyse_source(source: str, label: str, state: ShellState) -> frozenset[str]
     data = source.encode("utf-8", "surrogatepass")
     if len(data) > MAX_COMMAND_BYTES:
         state.add(
-            _parse_failure(f"{label} is longer than {MAX_COMMAND_BYTES} bytes; it fails closed.")
+            parse_failure(f"{label} is longer than {MAX_COMMAND_BYTES} bytes; it fails closed.")
         )
         return frozenset()
-    if not _text_ok(source, label, state):
+    if not text_ok(source, label, state):
         return frozenset()
-    tree = _parse(data).root_node
+    tree = parse(data).root_node
     if tree.has_error:
         state.add(
-            _parse_failure(
-                f"{label} cannot be parsed ({_problem(tree)}); an unparseable command fails "
+            parse_failure(
+                f"{label} cannot be parsed ({problem(tree)}); an unparseable command fails "
                 "closed (critical)."
             )
         )
@@ -548,58 +495,7 @@ def analyse_source(source: str, label: str, state: ShellState) -> frozenset[str]
         state.depth -= 1
 
 
-def odd_text_finding(ch: str, label: str) -> Finding:
-    return finding(
-        "shell.odd_character",
-        f"{label} contains {describe(ch)}, a control or invisible character that shells and "
-        "screens split or show differently, so what an approver reads may not be what runs; "
-        "it fails closed (exec, high).",
-        RiskClass.EXEC,
-        Severity.HIGH,
-        fail_closed=True,
-    )
-
-
-def _text_ok(source: str, label: str, state: ShellState) -> bool:
-    """Refuses, before parsing, text the parser could crash on or that hides what it does."""
-    ch = odd_character(source)
-    if ch is not None:
-        state.add(odd_text_finding(ch, label))
-        return False
-    if scanner_hazard(source):
-        state.add(
-            _parse_failure(
-                f"{label} puts a character beyond Latin-1 right after `{{`, `$`, `?` or an option "
-                "dash, where the shell parser cannot read it safely; it fails closed "
-                "(critical)."
-            )
-        )
-        return False
-    return True
-
-
-#: A tree-sitter tree holds about this many bytes per byte of source (measured with RSS:
-#: 98 for 100 trees of 64 KiB and for 2,000 trees of 200 bytes), plus a fixed overhead.
-TREE_BYTES_PER_SOURCE_BYTE = 100
-TREE_OVERHEAD = 2048
-#: The parse cache holds at most this much (estimated); an agent controls the input, so the
-#: bound is on bytes, not entries. Commands over `MAX_CACHED_SOURCE` bytes are not cached.
-PARSE_CACHE_BYTES = 32 * 1024 * 1024
-MAX_CACHED_SOURCE = 4096
-
-
-def _tree_cost(data: bytes) -> int:
-    return TREE_OVERHEAD + TREE_BYTES_PER_SOURCE_BYTE * len(data)
-
-
-# A tree depends only on the bytes and is never mutated, so a bounded cache is honest.
-_parse: CostBoundedLRU[bytes, Tree] = CostBoundedLRU(
-    _PARSER.parse,
-    _tree_cost,
-    budget=PARSE_CACHE_BYTES,
-    max_entry=_tree_cost(b"x" * MAX_CACHED_SOURCE),
-)
-
+_parse = parse  # the name command grants (`simple.py`) import
 
 _POSIX_SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "ash", "mksh", "busybox"})
 

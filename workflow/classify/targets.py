@@ -37,6 +37,11 @@ SERVICE_SECRETS: tuple[str, ...] = (
     "**/*.seed",
     "**/*.nk",
     "**/*.creds",
+    # The data dir's files by name, whatever the dir is called (a relative path in a call
+    # without a cwd cannot be placed in it): the database and the webhook signing key.
+    "**/headgate.db",
+    "**/headgate.db-*",
+    "**/notify.key",
     "/var/lib/headgate/**",
     "/etc/headgate/**",
 )
@@ -210,6 +215,19 @@ def glob_match(path: str, globs: GlobSet, unknown: bool = False) -> str | None:
         return hit
     if not _GLOB_CHARS.search(path) and not (unknown and UNKNOWN_PART in path):
         return None
+    # Any depth under a home or the root before a literal name (`find ~ -name credentials`):
+    # try the protected directories there. A project tree (`find . -name README.md`) or a
+    # wildcard name (`find ~ -name '*.md'`) is not guessed that way.
+    root, _, tail = path.partition("/**/")
+    if (
+        tail
+        and not _GLOB_CHARS.search(tail)
+        and (root in ("", "/home", "/Users") or _ANY_HOME.fullmatch(root))
+    ):
+        for name in ("", *globs.names):
+            hit = glob_match(path.replace("/**/", f"/{name}/" if name else "/", 1), globs, unknown)
+            if hit is not None:
+                return hit
     segments = path.split("/")
     for i, seg in enumerate(segments):
         if not _guessable(seg, unknown):
@@ -321,8 +339,13 @@ def _brace_split(word: str) -> list[str] | None:
     return None
 
 
+_HOME_ROOTS = ("/home/", "/Users/", "/root", "/var/root")
+
+
 def _home_aliases(path: str, home: str) -> tuple[str, ...]:
     """`/home/alice/.bashrc` as `~/.bashrc`: another account's home is protected like ours."""
+    if not path.startswith(_HOME_ROOTS):
+        return ()
     m = _ANY_HOME.match(path)
     if m is None or path == home or path.startswith(home + "/"):
         return ()

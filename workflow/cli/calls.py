@@ -33,8 +33,6 @@ from workflow.errors import ConfigError, ConnectError, describe_invalid
 from workflow.subjects import Subjects
 
 if TYPE_CHECKING:
-    from datetime import timedelta
-
     from pydantic import ValidationError
     from rich.table import Table
     from rich.text import Text
@@ -54,7 +52,6 @@ if TYPE_CHECKING:
     )
     from workflow.client.errors import NotProcessed, ResultTimeout
     from workflow.client.verify import ShownRequest, check_digest
-    from workflow.controls import GrantScope
     from workflow.messages import (
         DecisionVerdict,
         GetQuery,
@@ -116,9 +113,6 @@ def _runtime() -> None:
 
     globals().update(locals())
 
-
-#: What `--grant` asked for: ttl, scope, command prefix, path glob, any agent, max uses.
-Granting = tuple["timedelta", "GrantScope | None", str | None, str | None, bool, int | None]
 
 EXIT_BLOCKED = 3
 EXIT_PENDING = 4
@@ -311,14 +305,13 @@ def _decide(
     data_dir: Path,
     prefix: str,
     json_out: bool,
-    granting: Granting | None = None,
+    granting: controls.GrantAsked | None = None,
     changes: dict[str, object] | None = None,
 ) -> None:
     import asyncio
 
     signer = load_key(key, data_dir)
     subjects = Subjects(prefix)
-    granted: list[str] = []
 
     async def run() -> tuple[bool, str, str]:
         async with connected(nats_url, data_dir) as nc:
@@ -351,19 +344,12 @@ def _decide(
                 )
             message = f"{result.message} Request {history.request_id} is now {result.status}."
             if result.accepted and granting is not None:
-                made = await controls.grant_from(client, history, *granting, reason=reason)
-                granted.append(controls.describe_grant(made))
+                grant_lines.append(await controls.grant_line(client, history, granting, reason))
             return result.accepted, mask_text(message), what
 
+    grant_lines: list[tuple[bool, str]] = []
     ok, message, what = asyncio.run(run())
-    if json_out:
-        print_json({"accepted": ok, "message": message, "request": what, "grant": granted})
-    else:
-        console.print(("[green]accepted:[/] " if ok else "[red]refused:[/] ") + escape(message))
-        for line in granted:
-            console.print(f"[green]granted:[/] {escape(line)}")
-    if not ok:
-        raise typer.Exit(1)
+    controls.print_decided(ok, message, what, grant_lines, json_out)
 
 
 def _what(h: ProposalHistory) -> str:
@@ -408,6 +394,10 @@ def approve(
     max_uses: Annotated[
         int | None, typer.Option("--max-uses", min=1, help="The grant releases at most N calls.")
     ] = None,
+    this_session: Annotated[
+        bool,
+        typer.Option("--this-session", help="The grant covers only this client session's calls."),
+    ] = False,
     edit: Annotated[
         str | None,
         typer.Option(
@@ -426,6 +416,9 @@ def approve(
         str | None, typer.Option("--workspace", help="With --all: this workspace.")
     ] = None,
     risk: Annotated[str | None, typer.Option("--risk", help="With --all: this risk class.")] = None,
+    session: Annotated[
+        str | None, typer.Option("--session", help="With --all: this client session.")
+    ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="With --all: do not ask.")] = False,
     nats_url: NatsUrl = None,
     data_dir: DataDir = DEFAULT_DATA_DIR,
@@ -449,18 +442,21 @@ def approve(
         if ident is not None or grant is not None or edit is not None:
             fail("--all approves the matching requests; it takes no ID and no --grant")
         controls.approve_all(
-            reason, key, approver, agent, tool, workspace, risk, yes, nats_url, data_dir,
-            prefix, json_out,
+            reason, key, approver, agent, tool, workspace, risk, session, yes, nats_url,
+            data_dir, prefix, json_out,
         )  # fmt: skip
         return
     if ident is None:
         fail("name the request to approve (ID), or use --all with filters")
     granting = None
     if grant is not None:
-        granting = (controls.parse_ttl(grant), controls.parse_scope(scope), command_prefix,
-                    path_glob, any_agent, max_uses)  # fmt: skip
-    elif scope or command_prefix or path_glob or any_agent or max_uses:
-        fail("--scope, --prefix, --path-glob, --any-agent and --max-uses shape a --grant")
+        granting = controls.GrantAsked(
+            controls.parse_ttl(grant), controls.parse_scope(scope), command_prefix, path_glob,
+            any_agent, max_uses, this_session,
+        )  # fmt: skip
+    elif scope or command_prefix or path_glob or any_agent or max_uses or this_session:
+        fail("--scope, --prefix, --path-glob, --any-agent, --max-uses and --this-session shape "
+             "a --grant")  # fmt: skip
     _decide(
         ident, DecisionVerdict.APPROVE, reason, key, approver, nats_url, data_dir, prefix,
         json_out, granting, changes,

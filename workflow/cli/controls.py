@@ -6,7 +6,7 @@ from __future__ import annotations
 import getpass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 import typer
 from rich.markup import escape
@@ -67,27 +67,63 @@ def parse_scope(text: str | None) -> GrantScope | None:
         fail(f"--scope must be one of {', '.join(s.value for s in GrantScope)}, not {text!r}")
 
 
+class GrantAsked(NamedTuple):
+    """What `headgate approve ID --grant …` asked for."""
+
+    ttl: timedelta
+    scope: GrantScope | None
+    prefix: str | None
+    path_glob: str | None
+    any_agent: bool
+    max_uses: int | None
+    this_session: bool
+
+
 async def grant_from(
-    client: Approver,
-    history: ProposalHistory,
-    ttl: timedelta,
-    scope: GrantScope | None,
-    prefix: str | None,
-    path_glob: str | None,
-    any_agent: bool,
-    max_uses: int | None,
-    reason: str,
+    client: Approver, history: ProposalHistory, asked: GrantAsked, reason: str
 ) -> GrantInfo:
     """The grant made from an approved request (`headgate approve ID --grant 1h`)."""
     from workflow.client.verify import ShownRequest
 
     assert history.request_id is not None
     shown = ShownRequest(history.request_id, history.proposal, history.proposal_digest)
-    words = prefix.split() if prefix else None
     return await client.grant(
-        shown, ttl=ttl, scope=scope, prefix=words, path_glob=path_glob, any_agent=any_agent,
-        max_uses=max_uses, reason=reason,
+        shown, ttl=asked.ttl, scope=asked.scope,
+        prefix=asked.prefix.split() if asked.prefix else None, path_glob=asked.path_glob,
+        any_agent=asked.any_agent, this_session=asked.this_session, max_uses=asked.max_uses,
+        reason=reason,
     )  # fmt: skip
+
+
+async def grant_line(
+    client: Approver, history: ProposalHistory, asked: GrantAsked, reason: str
+) -> tuple[bool, str]:
+    """Make the grant `--grant` asked for: (True, what it covers) or (False, why refused).
+    The approval it follows stands either way."""
+    from workflow.errors import HeadgateError
+
+    try:
+        made = await grant_from(client, history, asked, reason)
+    except HeadgateError as exc:
+        return False, str(exc)
+    return True, describe_grant(made)
+
+
+def print_decided(
+    ok: bool, message: str, what: str, grants: list[tuple[bool, str]], json_out: bool
+) -> None:
+    """What `headgate approve|reject ID` prints; exit 1 when refused (or a grant was)."""
+    if json_out:
+        print_json({"accepted": ok, "message": message, "request": what,
+                    "grant": [line for made, line in grants if made],
+                    "grant_refused": [line for made, line in grants if not made]})  # fmt: skip
+    else:
+        console.print(("[green]accepted:[/] " if ok else "[red]refused:[/] ") + escape(message))
+        for made, line in grants:
+            mark = "[green]granted:[/]" if made else "[red]grant refused:[/]"
+            console.print(f"{mark} {escape(line)}")
+    if not ok or not all(made for made, _ in grants):
+        raise typer.Exit(1)
 
 
 def describe_grant(g: GrantInfo) -> str:
@@ -272,8 +308,8 @@ def matches(
 
 def approve_all(
     reason: str, key: Path | None, approver: str | None, agent: str | None, tool: str | None,
-    workspace: str | None, risk: str | None, yes: bool, nats_url: str | None, data_dir: Path,
-    prefix: str, json_out: bool,
+    workspace: str | None, risk: str | None, session: str | None, yes: bool,
+    nats_url: str | None, data_dir: Path, prefix: str, json_out: bool,
 ) -> None:  # fmt: skip
     """`headgate approve --all …`: show the matching requests, ask, then sign one decision per
     request, each over the digest of the proposal shown (checked before signing)."""
@@ -288,8 +324,8 @@ def approve_all(
     from workflow.client.verify import ShownRequest
     from workflow.messages import GetQuery, ProposalHistory
 
-    if agent is None and tool is None and workspace is None and risk is None:
-        fail("--all needs at least one filter: --agent, --tool, --workspace or --risk")
+    if agent is None and tool is None and workspace is None and risk is None and session is None:
+        fail("--all needs at least one filter: --agent, --tool, --workspace, --risk or --session")
     signer = load_key(key, data_dir)
     subjects = Subjects(prefix)
 
@@ -300,34 +336,41 @@ def approve_all(
                 e for e in await client.pending(workspace=workspace, agent=agent, limit=1000)
                 if matches(e, agent, tool, workspace, risk)
             ]  # fmt: skip
-            if not entries:
-                return []
-            if not json_out:
-                table = Table("request", "agent", "workspace", "tool", "call", "risk")
-                for e in entries:
-                    table.add_row(e.request_id, e.agent, e.workspace, e.tool,
-                                  Text(target_of(e.arguments, 60)), f"{e.risk_class}")  # fmt: skip
-                console.print(table)
-            if not yes and not typer.confirm(f"Approve these {len(entries)} requests?"):
-                raise typer.Exit(1)
-            # Each request's whole proposal, to be hashed here to the digest signed: one
-            # that does not match stops the batch before anything is signed.
+            # Each request's whole proposal: what is shown, filtered by session, and hashed
+            # here to the digest signed (one that does not match stops the batch before
+            # anything is signed).
             shown: list[ShownRequest] = []
-            results: list[tuple[str, bool, str]] = []
             for e in entries:
                 history = await transport.ask(
                     nc, subjects.api("get"), GetQuery(id=e.request_id), ProposalHistory
                 )
+                context = history.proposal.context
                 if history.request_id is None or history.status != "pending":
-                    results.append((e.request_id, False, f"it is {history.status} now"))
+                    continue
+                if session is not None and (context is None or context.session_id != session):
                     continue
                 shown.append(ShownRequest(history.request_id, history.proposal, e.proposal_digest))
+            if not shown:
+                return []
+            if not json_out:
+                table = Table("request", "agent", "workspace", "tool", "call")
+                for r in shown:
+                    p = r.proposal
+                    table.add_row(r.request_id, p.agent, p.workspace, p.tool,
+                                  Text(target_of(p.arguments, 60)))  # fmt: skip
+                console.print(table)
+            if not yes and not typer.confirm(f"Approve these {len(shown)} requests?"):
+                raise typer.Exit(1)
+            results: list[tuple[str, bool, str]] = []
             decided = await client.approve_all(shown, reason)
             for request, result in zip(shown, decided, strict=True):
                 results.append((request.request_id, bool(result.accepted), result.message))
             return results
 
-    results = asyncio.run(run())
+    _print_results(asyncio.run(run()), json_out)
+
+
+def _print_results(results: list[tuple[str, bool, str]], json_out: bool) -> None:
     if json_out:
         print_json([{"request_id": r, "accepted": ok, "message": m} for r, ok, m in results])
     elif not results:

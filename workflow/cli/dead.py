@@ -50,7 +50,11 @@ def dead(
     subjects = Subjects(prefix)
 
     async def run() -> list[dict[str, Any]]:
-        async with connected(nats_url, data_dir) as nc:
+        from workflow.client.connection import Role
+
+        # An operator's command on the service's own stream: the service's credentials (an
+        # approver's may not read JetStream streams on the embedded server).
+        async with connected(nats_url, data_dir, role=Role.SERVICE) as nc:
             return await read_dead_letters(nc.jetstream(), subjects, stage, limit)
 
     letters = asyncio.run(run())

@@ -502,7 +502,8 @@ class Approver:
     async def grant(
         self, request: Decidable, *, ttl: float | timedelta, scope: GrantScope | str | None = None,
         prefix: Sequence[str] | None = None, path_glob: str | None = None,
-        any_agent: bool = False, max_uses: int | None = None, reason: str = "",
+        any_agent: bool = False, this_session: bool = False, max_uses: int | None = None,
+        reason: str = "",
     ) -> GrantInfo:  # fmt: skip
         """Allow calls like `request`'s for `ttl` (seconds or a timedelta): by default its
         own command (as an argv prefix) or its path's directory, for the same agent and
@@ -513,7 +514,8 @@ class Approver:
             proposal=request.proposal,
             ttl=ttl if isinstance(ttl, timedelta) else timedelta(seconds=ttl),
             now=self.clock(), scope=GrantScope(scope) if scope else None, prefix=prefix,
-            path_glob=path_glob, any_agent=any_agent, max_uses=max_uses, reason=reason,
+            path_glob=path_glob, any_agent=any_agent, this_session=this_session,
+            max_uses=max_uses, reason=reason,
         )  # fmt: skip
 
     async def grants(self, *, every: bool = False) -> list[GrantInfo]:
@@ -545,6 +547,19 @@ class Approver:
             self.nc, self.subjects, self._signer(), self.name, thaw=True, now=self.clock(),
             agent=agent, workspace=workspace, reason=reason,
         )  # fmt: skip
+
+    async def backtest(
+        self, policy: str | Path, *, since: float | timedelta | None = None, examples: int = 3,
+        timeout: float = 120.0,
+    ) -> dict[str, Any]:  # fmt: skip
+        """What `policy` (TOML text or a file) would have decided over the service's stored
+        proposals (of the last `since` seconds): the report `headgate policy backtest --json`
+        prints."""
+        text = policy.read_text(encoding="utf-8") if isinstance(policy, Path) else policy
+        period = timedelta(seconds=since) if isinstance(since, (int, float)) else since
+        return await controls.run_backtest(
+            self.nc, self.subjects, text, since=period, examples=examples, timeout=timeout
+        )
 
     async def freezes(self) -> FreezeReply:
         return await controls.list_freezes(self.nc, self.subjects)

@@ -24,6 +24,8 @@ from nats.aio.client import Client as NATS
 from workflow.canonical import SIGNATURE_SCHEME
 from workflow.client import transport
 from workflow.controls import (
+    BacktestQuery,
+    BacktestReply,
     FreezeOrder,
     FreezeReply,
     FreezesQuery,
@@ -92,17 +94,22 @@ async def issue_grant(
     prefix: Sequence[str] | None = None,
     path_glob: str | None = None,
     any_agent: bool = False,
+    this_session: bool = False,
     max_uses: int | None = None,
     reason: str = "",
 ) -> GrantInfo:
     """Ask the service to store a grant made from the held request `request_id`."""
     chosen, default_prefix, default_glob = default_scope(proposal, scope)
+    session = proposal.context.session_id if proposal.context else None
+    if this_session and session is None:
+        raise ConfigError("the call names no client session, so the grant cannot be limited to one")
     body = GrantIssue(
         grant_id=f"gr_{uuid.uuid4().hex[:20]}",
         request_id=request_id,
         tool=proposal.tool,
         workspace=proposal.workspace,
         agent=None if any_agent else proposal.agent,
+        session_id=session if this_session else None,
         scope=chosen,
         command_prefix=list(prefix) if prefix else default_prefix,
         path_glob=path_glob or default_glob,
@@ -154,6 +161,21 @@ async def order_freeze(
     return await transport.ask(nc, subjects.api_control("freeze"), signed(key, body), FreezeReply)
 
 
+async def run_backtest(
+    nc: NATS, subjects: Subjects, policy: str, *, since: timedelta | None = None,
+    examples: int = 3, timeout: float = 120.0,
+) -> dict[str, Any]:  # fmt: skip
+    query = BacktestQuery(
+        policy=policy,
+        since_seconds=int(since.total_seconds()) if since is not None else None,
+        examples=examples,
+    )
+    reply = await transport.ask(
+        nc, subjects.api_control("policy.backtest"), query, BacktestReply, timeout
+    )
+    return reply.report
+
+
 async def list_freezes(nc: NATS, subjects: Subjects) -> FreezeReply:
     return await transport.ask(nc, subjects.api_control("freezes"), FreezesQuery(), FreezeReply)
 
@@ -170,7 +192,9 @@ def grant_row(g: GrantInfo) -> Mapping[str, Any]:
     return {
         "id": g.grant_id,
         "approver": g.approver,
-        "scope": f"{g.tool} {scope} ({g.agent or 'any agent'} in {g.workspace})",
+        "scope": f"{g.tool} {scope} ({g.agent or 'any agent'}"
+        + (f", session {g.session_id}" if g.session_id else "")
+        + f" in {g.workspace})",
         "expires": g.expires_at.strftime("%Y-%m-%d %H:%M:%S"),
         "uses": uses,
         "status": g.status,

@@ -58,6 +58,7 @@ class GrantTerms:
     max_uses: int | None = None
     uses: int = 0
     revoked: bool = False
+    session_id: str | None = None
 
     def describe(self) -> str:
         if self.scope is GrantScope.COMMAND_PREFIX:
@@ -67,6 +68,8 @@ class GrantTerms:
         else:
             what = "any call of the tool"
         who = f"agent {self.agent}" if self.agent else "any agent"
+        if self.session_id:
+            who += f" (session {self.session_id})"
         return f"`{self.tool}`, {what}, for {who} in workspace {self.workspace}"
 
 
@@ -170,6 +173,9 @@ def scope_problem(grant: GrantTerms, proposal: Proposal) -> str | None:
         return f"the grant is for workspace {grant.workspace}"
     if grant.agent is not None and proposal.agent != grant.agent:
         return f"the grant is for agent {grant.agent}"
+    session = proposal.context.session_id if proposal.context else None
+    if grant.session_id is not None and session != grant.session_id:
+        return f"the grant is for session {grant.session_id}"
     args = proposal.arguments
     if grant.scope is GrantScope.COMMAND_PREFIX:
         command = command_of(args)

@@ -99,7 +99,7 @@ async def republish_once(ctx: ServiceContext, grace: float = 10.0) -> int:
     rows = await ctx.store.outbox.unpublished_rows(now - timedelta(seconds=grace))
     if not rows:
         return 0
-    events = await to_resend(ctx.js, rows, now)
+    events = await to_resend(ctx.js, rows, now, ctx.signer)
     await ctx.publish(events)
     sent = {e.msg_id for e in events}
     ctx.marker.add(e.msg_id for e, _ in rows if e.msg_id not in sent)

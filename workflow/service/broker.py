@@ -27,6 +27,8 @@ from faststream.nats import JStream, NatsBroker, NatsResponse, PullSub
 from pydantic import BaseModel
 
 from workflow.controls import (
+    BacktestQuery,
+    BacktestReply,
     FreezeOrder,
     FreezeReply,
     FreezesQuery,
@@ -130,6 +132,8 @@ CONTROL_QUERIES = (
     WebQuery("freeze", FreezeOrder, FreezeReply,
              "Freeze or thaw a scope (signed): every consequential call in it is held."),
     WebQuery("freezes", FreezesQuery, FreezeReply, "The freezes in force."),
+    WebQuery("policy.backtest", BacktestQuery, BacktestReply,
+             "What a new policy would have decided over the stored proposals."),
 )  # fmt: skip
 
 #: What each batch stage reads (by consumer), for the document: subject kind -> message.

@@ -374,7 +374,8 @@ class Collector:
             # redelivered must not hand subscribers a second release. The same decision
             # arriving as a new message is a replay, refused below.
             unconfirmed = await ctx.store.outbox.unconfirmed_for([held.proposal_id])
-            return Planned(now, events=await to_resend(ctx.js, unconfirmed, now), keys=keys)
+            events = await to_resend(ctx.js, unconfirmed, now, ctx.signer)
+            return Planned(now, events=events, keys=keys)
         used: tuple[str, int] | None = None
         if decision.passkey is not None:
             check, used = await self._passkey_check(raw, decision, seen)

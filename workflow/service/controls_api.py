@@ -16,15 +16,19 @@ asks for, not running the agent), and the call must be one a single approval cou
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from workflow.approvals import DEFAULT_MAX_SKEW, ApproverProfile, ineligibility
 from workflow.controls import (
+    BacktestQuery,
+    BacktestReply,
     FreezeOrder,
     FreezeReply,
     FreezesQuery,
@@ -35,14 +39,17 @@ from workflow.controls import (
     GrantsReply,
 )
 from workflow.effects import AuditEntry
-from workflow.errors import describe_invalid
+from workflow.errors import PolicyError, describe_invalid
 from workflow.messages import ApiError, Classification, Proposal, Verdict
+from workflow.policy.backtest import Backtest, PastCall
 from workflow.policy.durations import format_duration
 from workflow.policy.freeze import FreezeTerms
 from workflow.policy.grants import GrantTerms, not_grantable, scope_problem
+from workflow.policy.load import load_policy_text
 from workflow.service.context import ServiceContext
 from workflow.signing import verify_raw
 from workflow.store.grants import freeze_info
+from workflow.store.history import past_calls
 from workflow.subjects import CONTROL_API_NAMES
 
 log = logging.getLogger("headgate.api")
@@ -109,6 +116,7 @@ async def issue(ctx: ServiceContext, raw: dict[str, Any], body: GrantIssue) -> B
         "tool": body.tool,
         "workspace": body.workspace,
         "agent": body.agent,
+        "session_id": body.session_id,
         "scope": body.scope.value,
         "command_prefix": json.dumps(body.command_prefix) if body.command_prefix else None,
         "path_glob": body.path_glob,
@@ -207,6 +215,7 @@ async def _check_issue(
         workspace=body.workspace, agent=body.agent, scope=body.scope,
         command_prefix=tuple(body.command_prefix) if body.command_prefix else None,
         path_glob=body.path_glob, expires_at=body.expires_at, max_uses=body.max_uses,
+        session_id=body.session_id,
     )  # fmt: skip
     problem = scope_problem(terms, proposal)
     if problem is not None:
@@ -295,6 +304,28 @@ async def freezes(ctx: ServiceContext, raw: dict[str, Any], query: FreezesQuery)
     )
 
 
+# --------------------------------------------------------------------------- backtest
+
+
+async def backtest(ctx: ServiceContext, raw: dict[str, Any], query: BacktestQuery) -> BaseModel:
+    """The backtest over this service's store: pages read from the store, each evaluated in a
+    worker thread so the event loop keeps serving the stages meanwhile."""
+    try:
+        policy = load_policy_text(query.policy, "the policy sent")
+    except PolicyError as exc:
+        return ApiError(error=f"The policy is not valid: {exc}")
+    since = ctx.now() - timedelta(seconds=query.since_seconds) if query.since_seconds else None
+    result = Backtest(policy, examples=query.examples)
+
+    def evaluate_page(page: list[PastCall]) -> None:
+        for call in page:
+            result.add(call)
+
+    async for page in past_calls(ctx.store.db, since=since):
+        await asyncio.to_thread(evaluate_page, page)
+    return BacktestReply(report=result.report())
+
+
 Handler = Callable[[ServiceContext, dict[str, Any], Any], Awaitable[BaseModel]]
 
 ROUTES: dict[str, tuple[type[BaseModel], Handler]] = {
@@ -303,6 +334,7 @@ ROUTES: dict[str, tuple[type[BaseModel], Handler]] = {
     "grant.revoke": (GrantRevoke, revoke),
     "freeze": (FreezeOrder, freeze),
     "freezes": (FreezesQuery, freezes),
+    "policy.backtest": (BacktestQuery, backtest),
 }
 assert set(ROUTES) == set(CONTROL_API_NAMES)
 

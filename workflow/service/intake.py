@@ -354,7 +354,7 @@ class Intake:
                 for row in await ctx.store.proposals.stored(republish)
                 for event in intake_events(ctx.subjects, row)
             ]
-            events.extend(await to_resend(ctx.js, rebuilt, now))
+            events.extend(await to_resend(ctx.js, rebuilt, now, ctx.signer))
         return keep, events
 
     async def _retry(self, good: Sequence[tuple[Msg, IntakeRecord]], error: str) -> None:

@@ -33,7 +33,7 @@ from workflow.service.intake import Intake
 from workflow.service.metrics import HealthServer
 from workflow.service.outreach import Outreach
 from workflow.service.retention import pruner
-from workflow.service.settings import Settings, load_settings_policy
+from workflow.service.settings import Settings, load_settings_policy, protect_data_dir
 from workflow.service.stage import PullStage, RetryPolicy
 from workflow.service.streams import (
     ConsumerSpec,
@@ -407,7 +407,9 @@ class Service:
         if ctx is None or path is None:
             return False
         try:
-            policy = await asyncio.to_thread(load_policy, path)
+            policy = protect_data_dir(
+                await asyncio.to_thread(load_policy, path), self.settings.data_dir
+            )
         except HeadgateError as exc:
             log.error(
                 "policy reload (%s) refused, keeping revision %s: %s",

@@ -50,7 +50,9 @@ async def send_events(
 
     Every event carries the service's signature over its subject and payload
     (`ServiceKey.headers`): clients trust an inbox item or a release only when it verifies
-    against the service's public key, so no other NATS client can pass one off as the service's.
+    against the service's public key, so no other NATS client can pass one off as the service's;
+    and its `Nats-Msg-Id` carries a tag of the key (`ServiceKey.message_id`), so no other client
+    can have JetStream drop it by publishing first under its id.
     """
     sent = Sent([], [])
     for event in events:
@@ -58,7 +60,7 @@ async def send_events(
         headers = {
             **(event.headers or {}),
             **signer.headers(event.subject, payload),
-            "Nats-Msg-Id": event.msg_id,
+            "Nats-Msg-Id": signer.message_id(event.msg_id),
         }
         fut = await js.publish_async(event.subject, payload, headers=headers)
         sent.futures.append(fut)
@@ -75,12 +77,17 @@ CLOCK_SLACK = timedelta(minutes=1)
 
 
 async def to_resend(
-    js: JetStreamContext, events: Sequence[tuple[OutboxEvent, datetime]], now: datetime
+    js: JetStreamContext,
+    events: Sequence[tuple[OutboxEvent, datetime]],
+    now: datetime,
+    signer: ServiceKey,
 ) -> list[OutboxEvent]:
     """Of events that may not have reached JetStream, each with the time it was first sent,
     those to send again: every one still inside the duplicate window (JetStream drops a copy
     of what it holds), and the older ones their stream does not hold (a copy of those would
-    be stored twice: a second `released` event)."""
+    be stored twice: a second `released` event). The stream is searched for the ids the
+    service publishes under (`ServiceKey.message_id`): a message another client stored under
+    the plain id does not count as the service's event."""
     horizon = now - timedelta(seconds=RESEND_HORIZON)
     young = [event for event, at in events if at > horizon]
     old = [(event, at) for event, at in events if at <= horizon]
@@ -92,7 +99,7 @@ async def to_resend(
     stored: set[str] = set()
     for subject, first in since.items():
         stored |= await stored_msg_ids(js, subject, first - CLOCK_SLACK)
-    return young + [event for event, _ in old if event.msg_id not in stored]
+    return young + [event for event, _ in old if signer.message_id(event.msg_id) not in stored]
 
 
 async def stored_msg_ids(js: JetStreamContext, subject: str, since: datetime) -> set[str]:

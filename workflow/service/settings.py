@@ -71,8 +71,28 @@ class Settings:
         return self.database_url or datadir.sqlite_url(self.data_dir)
 
 
+def protect_data_dir(policy: Policy, data_dir: Path) -> Policy:
+    """`policy` with this service's data dir (seeds, credentials, database, the JetStream
+    store), whatever its name, protected for reading and writing like `.headgate`."""
+    root = str(data_dir.resolve())
+    globs = [root, f"{root}/**"]
+    tables = policy.classifier
+    classifier = tables.model_copy(
+        update={
+            "extra_protected_read": [*tables.extra_protected_read, *globs],
+            "extra_protected_write": [*tables.extra_protected_write, *globs],
+        }
+    )
+    return policy.model_copy(update={"classifier": classifier})
+
+
 def load_settings_policy(settings: Settings) -> Policy:
-    """The policy file, or the default policy trusting the data dir's local approver key."""
+    """The policy file, or the default policy trusting the data dir's local approver key;
+    either way with the data dir protected (`protect_data_dir`)."""
+    return protect_data_dir(_settings_policy(settings), settings.data_dir)
+
+
+def _settings_policy(settings: Settings) -> Policy:
     if settings.policy_path is not None:
         return load_policy(settings.policy_path)
     key, path, created = datadir.local_approver(settings.data_dir)

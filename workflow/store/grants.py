@@ -24,7 +24,7 @@ from workflow.policy.grants import GrantTerms
 from workflow.store import fastpath
 from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
-from workflow.store.tables import FREEZES, GRANT_USES, GRANTS
+from workflow.store.tables import FREEZES, GRANT_USES, GRANTS, PROPOSALS
 
 _FREEZES_SQL = (
     "SELECT freeze_id, agent, workspace, all_calls, reason, by, at FROM freezes "
@@ -52,6 +52,7 @@ def _terms(row: Any) -> GrantTerms:
         max_uses=row.max_uses,
         uses=int(row.uses),
         revoked=row.revoked_at is not None,
+        session_id=row.session_id,
     )
 
 
@@ -125,6 +126,11 @@ class Grants:
             ).first()
             if used is not None:
                 return bool(used.grant_id == grant_id)
+            decided = conn.execute(
+                select(PROPOSALS.c.id).where(PROPOSALS.c.id == proposal_id)
+            ).first()
+            if decided is not None:
+                return False  # stored without a grant: a redelivery changes nothing, uses none
             moved = conn.execute(
                 update(GRANTS)
                 .where(GRANTS.c.grant_id == grant_id, _live(now))
@@ -272,6 +278,7 @@ def _info(row: Any, now: datetime) -> GrantInfo:
         tool=row.tool,
         workspace=row.workspace,
         agent=row.agent,
+        session_id=row.session_id,
         scope=GrantScope(row.scope),
         command_prefix=json.loads(row.command_prefix) if row.command_prefix else None,
         path_glob=row.path_glob,

@@ -85,6 +85,16 @@ def _v5(conn: Connection) -> None:
 
 
 def _v6(conn: Connection) -> None:
+    # A grant may be limited to one client session (proposal context `session_id`).
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("ALTER TABLE grants ADD COLUMN IF NOT EXISTS session_id VARCHAR(200)"))
+        return
+    columns = {row[1] for row in conn.execute(text("PRAGMA table_info(grants)"))}
+    if "session_id" not in columns:
+        conn.execute(text("ALTER TABLE grants ADD COLUMN session_id VARCHAR(200)"))
+
+
+def _v7(conn: Connection) -> None:
     # Retention: the anchor the audit chain starts from once its oldest records are pruned,
     # and the index the pruner finds decided proposals by (an append-ordered time: inserts
     # land on the index's last page).
@@ -95,7 +105,7 @@ def _v6(conn: Connection) -> None:
     conn.execute(text("CREATE INDEX IF NOT EXISTS ix_outcomes_at ON outcomes (at)"))
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 
 
 async def migrate(engine: AsyncEngine) -> int:

@@ -240,6 +240,7 @@ class GrantRow(SQLModel, table=True):
     tool: str = Field(max_length=200)
     workspace: str = Field(max_length=128)
     agent: str | None = Field(default=None, max_length=128)
+    session_id: str | None = Field(default=None, max_length=200)
     scope: str = Field(max_length=32)
     command_prefix: str | None = Field(default=None, description="JSON list of words.")
     path_glob: str | None = Field(default=None, max_length=1000)
