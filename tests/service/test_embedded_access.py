@@ -193,3 +193,26 @@ async def test_the_embedded_server_keeps_its_port_and_a_taken_one_is_handled(
         assert again.url == f"nats://127.0.0.1:{moved}"
     finally:
         await again.stop()
+
+
+async def test_an_approver_reaches_the_controls_on_the_embedded_default(
+    embedded: Service, tmp_path: Path
+) -> None:
+    """Grants, freezes and backtests are approvers' requests: the approver credentials `serve`
+    writes may ask them (each request is still signed and authorised by the service)."""
+    data, prefix = embedded.settings.data_dir, embedded.subjects.prefix
+    cli = ["--data-dir", str(data), "--prefix", prefix]
+    listed = await run_cli(tmp_path, "grants", "list", "--json", *cli)
+    assert listed.returncode == 0, listed.stderr
+    assert "permissions violation" not in listed.stderr
+    frozen = await run_cli(tmp_path, "freeze", "--agent", "demo", "--reason", "audit", *cli)
+    assert frozen.returncode == 0, frozen.stderr
+    thawed = await run_cli(tmp_path, "thaw", "--agent", "demo", *cli)
+    assert thawed.returncode == 0, thawed.stderr
+    refusals = Refusals()
+    agent = await as_role(embedded, Role.AGENT, refusals)
+    try:  # an agent still may not
+        await agent.publish(embedded.subjects.api_control("grant.list"), b"{}")
+        assert "permissions violation" in await refusals.next()
+    finally:
+        await agent.close()

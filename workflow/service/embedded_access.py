@@ -8,7 +8,8 @@ with one nkey user per role:
 - service: everything under the prefix, the JetStream API, acks and replies;
 - agent: proposals, cancels, execution reports and status queries, consumers on the results
   stream; it reads its replies (`_INBOX.agent.>`) and the held/released/blocked subjects;
-- approver: decisions, `api.pending/get/explain/offered`, `api.web.invite` (a signed request
+- approver: decisions, `api.pending/get/explain/offered`, the controls (`api.grant.*`,
+  `api.freeze(s)`, `api.policy.backtest`), `api.web.invite` (a signed request
   for a passkey link), its consumer on the inbox stream;
   it reads its replies (`_INBOX.approver.>`).
 
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from workflow.client.connection import Role, credentials_file, inbox_prefix_for
 from workflow.signing import ApproverKey
-from workflow.subjects import Subjects
+from workflow.subjects import CONTROL_API_NAMES, Subjects
 
 #: The embedded server's account config, beside its JetStream store.
 CONFIG_FILE = "access.conf"
@@ -72,6 +73,9 @@ def permissions(role: Role, subjects: Subjects) -> Permissions:
         publish=(
             subjects.decisions("*"),
             *(subjects.api(name) for name in ("pending", "get", "explain", "offered", "key")),
+            # Grants, freezes and backtests: each request is signed and authorised by the
+            # service like a decision.
+            *(subjects.api_control(name) for name in CONTROL_API_NAMES),
             subjects.api_web("invite"),
             "$JS.API.INFO",
             f"$JS.API.CONSUMER.CREATE.{inbox}.>", f"$JS.API.CONSUMER.INFO.{inbox}.>",
