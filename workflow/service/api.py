@@ -190,3 +190,38 @@ async def answer(
             log.exception("api %s failed", name)
             reply = ApiError(error=f"The {name} query failed: {exc}.")
     return reply.model_dump_json().encode()
+
+
+#: A routed request's handler: the context, the raw JSON object (what a signature covers) and
+#: the validated request.
+RoutedHandler = Callable[[ServiceContext, dict[str, Any], Any], Awaitable[BaseModel]]
+
+
+async def answer_routed(
+    routes: dict[str, tuple[type[BaseModel], RoutedHandler]],
+    label: str,
+    ctx: ServiceContext,
+    name: str,
+    data: bytes,
+) -> bytes:
+    """The reply to one request of a routed family (`api.web.*`, the controls): the request
+    validated against its route's model, then handled; never raises, errors answer as
+    ApiError naming `label` (the request as a caller knows it)."""
+    model, handler = routes[name]
+    reply: BaseModel
+    try:
+        raw = json.loads(data or b"{}")
+        if not isinstance(raw, dict):
+            raise ValueError("not a JSON object")
+        query = model.model_validate(raw)
+    except ValidationError as exc:
+        reply = ApiError(error=f"Invalid {label} request: {describe_invalid(exc)}.")
+    except (ValueError, UnicodeDecodeError) as exc:
+        reply = ApiError(error=f"Invalid {label} request: {exc}.")
+    else:
+        try:
+            reply = await handler(ctx, raw, query)
+        except Exception as exc:
+            log.exception("api %s failed", label)
+            reply = ApiError(error=f"The {label} request failed: {exc}.")
+    return reply.model_dump_json().encode()

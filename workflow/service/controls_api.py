@@ -19,11 +19,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from workflow.approvals import DEFAULT_MAX_SKEW, ApproverProfile, ineligibility
 from workflow.controls import (
@@ -39,13 +38,14 @@ from workflow.controls import (
     GrantsReply,
 )
 from workflow.effects import AuditEntry
-from workflow.errors import PolicyError, describe_invalid
+from workflow.errors import PolicyError
 from workflow.messages import ApiError, Classification, Proposal, Verdict
 from workflow.policy.backtest import Backtest, PastCall
 from workflow.policy.durations import format_duration
 from workflow.policy.freeze import FreezeTerms
 from workflow.policy.grants import GrantTerms, not_grantable, scope_problem
 from workflow.policy.load import load_policy_text
+from workflow.service.api import RoutedHandler, answer_routed
 from workflow.service.context import ServiceContext
 from workflow.signing import verify_raw
 from workflow.store.grants import freeze_info
@@ -326,7 +326,7 @@ async def backtest(ctx: ServiceContext, raw: dict[str, Any], query: BacktestQuer
     return BacktestReply(report=result.report())
 
 
-Handler = Callable[[ServiceContext, dict[str, Any], Any], Awaitable[BaseModel]]
+Handler = RoutedHandler
 
 ROUTES: dict[str, tuple[type[BaseModel], Handler]] = {
     "grant.issue": (GrantIssue, issue),
@@ -341,21 +341,4 @@ assert set(ROUTES) == set(CONTROL_API_NAMES)
 
 async def answer(ctx: ServiceContext, name: str, data: bytes) -> bytes:
     """The reply to one control request: never raises, errors answer as ApiError."""
-    model, handler = ROUTES[name]
-    reply: BaseModel
-    try:
-        raw = json.loads(data or b"{}")
-        if not isinstance(raw, dict):
-            raise ValueError("not a JSON object")
-        query = model.model_validate(raw)
-    except ValidationError as exc:
-        reply = ApiError(error=f"Invalid {name} request: {describe_invalid(exc)}.")
-    except (ValueError, UnicodeDecodeError) as exc:
-        reply = ApiError(error=f"Invalid {name} request: {exc}.")
-    else:
-        try:
-            reply = await handler(ctx, raw, query)
-        except Exception as exc:
-            log.exception("api %s failed", name)
-            reply = ApiError(error=f"The {name} request failed: {exc}.")
-    return reply.model_dump_json().encode()
+    return await answer_routed(ROUTES, name, ctx, name, data)

@@ -17,17 +17,15 @@ An invitation is asked for with a request signed like a decision, by an approver
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from workflow.approvals import DEFAULT_MAX_SKEW
-from workflow.errors import describe_invalid
 from workflow.messages import (
     ApiError,
     InvitationQuery,
@@ -38,6 +36,7 @@ from workflow.messages import (
     WebInvite,
     WebInviteReply,
 )
+from workflow.service.api import RoutedHandler, answer_routed
 from workflow.service.context import ServiceContext
 from workflow.signing import verify_raw
 from workflow.store.passkeys import PasskeyTaken
@@ -122,7 +121,7 @@ async def passkey(ctx: ServiceContext, query: PasskeyQuery) -> BaseModel:
     )
 
 
-Handler = Callable[[ServiceContext, dict[str, Any], Any], Awaitable[BaseModel]]
+Handler = RoutedHandler
 
 
 def _plain(
@@ -145,21 +144,4 @@ assert set(ROUTES) == set(WEB_API_NAMES)
 
 async def answer(ctx: ServiceContext, name: str, data: bytes) -> bytes:
     """The reply to one `api.web.<name>` request: never raises, errors answer as ApiError."""
-    model, handler = ROUTES[name]
-    reply: BaseModel
-    try:
-        raw = json.loads(data or b"{}")
-        if not isinstance(raw, dict):
-            raise ValueError("not a JSON object")
-        query = model.model_validate(raw)
-    except ValidationError as exc:
-        reply = ApiError(error=f"Invalid web.{name} request: {describe_invalid(exc)}.")
-    except (ValueError, UnicodeDecodeError) as exc:
-        reply = ApiError(error=f"Invalid web.{name} request: {exc}.")
-    else:
-        try:
-            reply = await handler(ctx, raw, query)
-        except Exception as exc:
-            log.exception("api web.%s failed", name)
-            reply = ApiError(error=f"The web.{name} query failed: {exc}.")
-    return reply.model_dump_json().encode()
+    return await answer_routed(ROUTES, f"web.{name}", ctx, name, data)
