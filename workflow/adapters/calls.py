@@ -122,6 +122,20 @@ def tool_input(event: Mapping[str, Any], key: str = "tool_input") -> dict[str, A
     return value
 
 
+def event_call(
+    event: Mapping[str, Any], client: str, label: str, events: Mapping[str, Phase]
+) -> HookCall:
+    """The call a hook event begins: its event and phase, the working directory and session
+    (the tool comes after, by each client's own names). `HookInputError` for an event the
+    client does not send."""
+    name = text(event, "hook_event_name")
+    if name is None or name not in events:
+        raise HookInputError(f"unknown {label} hook event {name!r}")
+    return HookCall(
+        client, name, events[name], cwd=text(event, "cwd"), session_id=text(event, "session_id")
+    )
+
+
 def required_tool(event: Mapping[str, Any]) -> str:
     name = text(event, "tool_name")
     if name is None:

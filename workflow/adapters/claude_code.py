@@ -19,15 +19,14 @@ from workflow.adapters.calls import (
     Answer,
     Client,
     HookCall,
-    HookInputError,
     Phase,
     Reply,
     as_json,
     block,
+    event_call,
     mcp_server,
     required_tool,
     result_summary,
-    text,
     tool_input,
 )
 
@@ -52,11 +51,8 @@ EVENTS: dict[str, Phase] = {
 
 
 def parse(event: Mapping[str, Any]) -> HookCall:
-    name = text(event, "hook_event_name")
-    if name is None or name not in EVENTS:
-        raise HookInputError(f"unknown Claude Code hook event {name!r}")
-    phase = EVENTS[name]
-    call = HookCall(NAME, name, phase, cwd=text(event, "cwd"), session_id=text(event, "session_id"))
+    call = event_call(event, NAME, "Claude Code", EVENTS)
+    name, phase = call.event, call.phase
     if phase is Phase.OTHER:
         return call
     tool = required_tool(event)
