@@ -18,7 +18,7 @@ from `broker.context`. The annotations document the payloads. Acks are ours (`Ac
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,9 +187,15 @@ def build_app(
     )  # fmt: skip
 
     for web in WEB_QUERIES:
-        _web_api(broker, subjects, web, current, message)
+        _routed_api(
+            broker, subjects.api_web(web.name), f"api.web.{web.name}", web_api.answer, web,
+            current, message,
+        )  # fmt: skip
     for control in CONTROL_QUERIES:
-        _control_api(broker, subjects, control, current, message)
+        _routed_api(
+            broker, subjects.api_control(control.name), f"api.{control.name}",
+            controls_api.answer, control, current, message,
+        )  # fmt: skip
 
     auditors: dict[int, Auditor] = {}
 
@@ -241,22 +247,26 @@ def _api(
     )(respond)
 
 
-def _web_api(
+def _routed_api(
     broker: NatsBroker,
-    subjects: Subjects,
+    subject: str,
+    title: str,
+    answer: Callable[[ServiceContext, str, bytes], Awaitable[bytes]],
     query: WebQuery,
     current: Callable[[], ServiceContext],
     message: Callable[[], Any],
 ) -> None:
+    """One request of a routed family (`api.web.*`, the controls), answered signed."""
+
     async def respond(body: Any) -> NatsResponse:
         msg, ctx = message(), current()
-        return signed(ctx, msg, await web_api.answer(ctx, query.name, msg.data))
+        return signed(ctx, msg, await answer(ctx, query.name, msg.data))
 
     respond.__annotations__ = {"body": query.model, "return": query.reply}
     broker.subscriber(
-        subjects.api_web(query.name),
+        subject,
         queue=QUEUE,
-        title=f"api.web.{query.name}",
+        title=title,
         description=f"{query.description} Errors answer as {ApiError.__name__}.",
     )(respond)
 
@@ -265,26 +275,6 @@ def signed(ctx: ServiceContext, msg: Any, data: bytes) -> NatsResponse:
     """An answer signed for the inbox it goes to, so a client can tell it from an answer by any
     other subscriber of `api.*` (on a server whose permissions do not forbid one)."""
     return NatsResponse(data, headers=ctx.signer.headers(msg.reply or "", data))
-
-
-def _control_api(
-    broker: NatsBroker,
-    subjects: Subjects,
-    query: WebQuery,
-    current: Callable[[], ServiceContext],
-    message: Callable[[], Any],
-) -> None:
-    async def respond(body: Any) -> NatsResponse:
-        msg, ctx = message(), current()
-        return signed(ctx, msg, await controls_api.answer(ctx, query.name, msg.data))
-
-    respond.__annotations__ = {"body": query.model, "return": query.reply}
-    broker.subscriber(
-        subjects.api_control(query.name),
-        queue=QUEUE,
-        title=f"api.{query.name}",
-        description=f"{query.description} Errors answer as {ApiError.__name__}.",
-    )(respond)
 
 
 def _batch_stages(broker: NatsBroker, subjects: Subjects) -> None:
