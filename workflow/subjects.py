@@ -88,6 +88,11 @@ class Subjects:
         of the agent named in the subject, so NATS permissions can scope it to that agent."""
         return f"{self.prefix}.api.status.{agent}"
 
+    def api_offered(self, agent: str = "*") -> str:
+        """Which tools to offer an agent, asked by that agent: the service answers only for
+        the agent named in the subject, so NATS permissions can scope it to that agent."""
+        return f"{self.prefix}.api.offered.{agent}"
+
     # ------------------------------------------------------------------ parsing
     def token_after(self, subject: str, kind: str) -> str | None:
         """The last token of ``<prefix>.<kind>.<token>``, or None if the subject is not one."""

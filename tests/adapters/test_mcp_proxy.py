@@ -23,7 +23,16 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.client.support import KEYS
-from tests.service.helpers import Harness, decision, running_service, send_decision, wait_until
+from tests.service.helpers import (
+    Harness,
+    decision,
+    running_service,
+    send_decision,
+    unique_prefix,
+    wait_until,
+)
+from workflow.service.lifecycle import Service
+from workflow.service.settings import Settings
 
 SERVER = Path(__file__).parent / "notes_server.py"
 AGENT = "notes-agent"
@@ -118,6 +127,38 @@ async def test_the_listing_hides_the_destructive_tool_and_a_read_returns_at_once
         assert hints == {"readOnlyHint": True}
         assert definition["server"] == "notes-mcp"
         assert history["proposal"]["source"] == "notes-mcp"
+
+
+async def test_the_listing_is_filtered_on_the_embedded_default_with_the_agent_credentials(
+    tmp_path: Path,
+) -> None:
+    # `serve` with its own nats-server: the proxy finds the URL and the agent's credentials in
+    # the data dir, and the agent may ask which of its tools to offer on its own subject.
+    data, policy = tmp_path / ".headgate", tmp_path / "policy.toml"
+    policy.write_text(POLICY)
+    service = Service(Settings(data_dir=data, prefix=unique_prefix(), policy_path=policy))
+    await service.start()
+    try:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "workflow", "mcp-proxy", "--data-dir", str(data), "--agent", AGENT,
+                  "--prefix", service.subjects.prefix, "--",
+                  sys.executable, str(SERVER), str(tmp_path / "notes.txt")],
+            cwd=str(Path(__file__).resolve().parents[2]),
+        )  # fmt: skip
+        with (tmp_path / "proxy-stderr.txt").open("w") as errlog:
+            async with (
+                stdio_client(params, errlog=errlog) as (read, write),
+                ClientSession(read, write) as client,
+            ):
+                with anyio.fail_after(30):
+                    await client.initialize()
+                    listed = {t.name for t in (await client.list_tools()).tools}
+        assert {"read_note", "write_note"} <= listed
+        assert "delete_all" not in listed
+        assert "listing them all" not in (tmp_path / "proxy-stderr.txt").read_text()
+    finally:
+        await service.stop()
 
 
 async def test_a_write_runs_once_after_approval_with_progress_while_it_waits(

@@ -690,19 +690,21 @@ def test_systemd_unit_is_hardened_and_runs_headgate_serve() -> None:
     assert env["HEADGATE_DATABASE_URL"].startswith("postgresql+asyncpg://")
 
 
-async def test_agent_asks_about_its_own_proposals_only_on_its_status_subject(
-    service: Conn, connect: Any
+@pytest.mark.parametrize("kind", ["status", "offered"])
+async def test_agent_asks_about_itself_only_on_its_own_subjects(
+    service: Conn, connect: Any, kind: str
 ) -> None:
-    # The service side: answer on every agent's status subject (as `headgate serve` does).
+    # The service side: answer on every agent's subject (as `headgate serve` does).
     async def answer(msg: Any) -> None:
         await msg.respond(msg.subject.encode())
 
-    await service.nc.subscribe("headgate.api.status.*", cb=answer)
+    await service.nc.subscribe(f"headgate.api.{kind}.*", cb=answer)
     await service.nc.flush()
     agent: Conn = await connect(AGENT)
-    reply = await agent.nc.request(f"headgate.api.status.{AGENT}", b"{}", timeout=2)
-    assert reply.data == f"headgate.api.status.{AGENT}".encode()
-    for subject in ("headgate.api.status.someone-else", "headgate.api.get"):
+    reply = await agent.nc.request(f"headgate.api.{kind}.{AGENT}", b"{}", timeout=2)
+    assert reply.data == f"headgate.api.{kind}.{AGENT}".encode()
+    for subject in (f"headgate.api.{kind}.someone-else", "headgate.api.get",
+                    "headgate.api.offered"):  # fmt: skip
         await agent.nc.publish(subject, b"{}")
         assert await agent.violations.wait_for("publish", subject)
 

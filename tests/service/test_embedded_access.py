@@ -159,9 +159,9 @@ def test_the_account_config_names_every_role_and_no_anonymous_user() -> None:
     assert "no_auth_user" not in text
     assert "hg.decisions.*" in permissions(Role.APPROVER, subjects).publish
     assert "hg.decisions.*" not in permissions(Role.AGENT, subjects).publish
-    # An agent asks about its own proposals and for the service's public key, nothing else.
-    assert not any(s.startswith("hg.api.") and "status" not in s and s != "hg.api.key"
-                   for s in permissions(Role.AGENT, subjects).publish)  # fmt: skip
+    # An agent asks about its own proposals and tools, and for the service's public key.
+    asks = {s for s in permissions(Role.AGENT, subjects).publish if s.startswith("hg.api.")}
+    assert asks == {"hg.api.status.*", "hg.api.offered.*", "hg.api.key"}
 
 
 async def test_the_embedded_server_keeps_its_port_and_a_taken_one_is_handled(

@@ -327,6 +327,20 @@ async def test_the_agent_status_subject_answers_only_about_that_agents_proposals
         }
 
 
+async def test_the_agent_offered_subject_answers_only_for_that_agent(
+    nats_url: str, tmp_path: Path
+) -> None:
+    catalog = {"tools": [{"name": "read_file", "inputSchema": {"type": "object"}}]}
+    async with running_service(nats_url, tmp_path) as h:
+        ask = {"agent": "agent-1", "tools": catalog}
+        own = await h.nc.request(h.subjects.api_offered("agent-1"), json.dumps(ask).encode(), 5)
+        assert [t["name"] for t in json.loads(own.data)["allowed"]] == ["read_file"]
+        other = await h.nc.request(h.subjects.api_offered("agent-2"), json.dumps(ask).encode(), 5)
+        assert json.loads(other.data) == {
+            "error": "This subject answers only for agent agent-2, not agent-1."
+        }
+
+
 @pytest.mark.parametrize(
     "change",
     [

@@ -1,7 +1,7 @@
 """`headgate mcp-proxy -- COMMAND ARGS…`: an MCP gateway in front of any stdio MCP server.
 
 The proxy runs the upstream server and speaks MCP to the client on stdio. `tools/list` passes
-through without the tools the policy denies this agent (`api.offered`); every `tools/call`
+through without the tools the policy denies this agent (`api.offered.<agent>`); every `tools/call`
 becomes a proposal carrying the tool's definition (description, input schema, annotations)
 and `--server-kind`. While it waits for the outcome it sends progress notifications (clients
 abort calls that look idle); released, it calls the upstream tool with the **released**
@@ -174,9 +174,11 @@ class Proxy:
             listing["server_kind"] = self.options.server_kind  # type: ignore[assignment]
         query = OfferedQuery(agent=self.hg.agent, workspace=self.hg.workspace, tools=listing)
         try:
+            # On the agent's own subject: NATS permissions can grant it to that agent alone.
             reply = await transport.request(
-                self.hg.nc, self.hg.subjects, "offered", query, OfferedReply
-            )
+                self.hg.nc, self.hg.subjects, "offered", query, OfferedReply,
+                subject=self.hg.subjects.api_offered(self.hg.agent),
+            )  # fmt: skip
         except Exception as exc:
             log.warning("cannot ask Headgate which tools to offer (%s): listing them all", exc)
             return set()

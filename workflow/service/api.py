@@ -168,6 +168,14 @@ async def agent_history(ctx: ServiceContext, query: GetQuery, subject: str) -> B
     return ApiError(error=f"No proposal or request with id {query.id!r} for agent {agent}.")
 
 
+async def agent_offered(ctx: ServiceContext, query: OfferedQuery, subject: str) -> BaseModel:
+    """`offered`, answering only for the agent named in the subject."""
+    agent = ctx.subjects.token_after(subject, "api.offered")
+    if query.agent != agent:
+        return ApiError(error=f"This subject answers only for agent {agent}, not {query.agent}.")
+    return await offered(ctx, query, subject)
+
+
 async def answer(
     ctx: ServiceContext,
     name: str,

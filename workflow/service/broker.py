@@ -185,6 +185,14 @@ def build_app(
               "subject, so permissions can grant it to that agent alone."),
         current, message, subject=subjects.api_status("*"),
     )  # fmt: skip
+    _api(
+        broker, subjects,
+        Query("offered.agent", OfferedQuery, OfferedReply, api.agent_offered,
+              "An agent asks which of its tools to offer (the MCP gateway's listing): answers "
+              "only for the agent in the subject, so permissions can grant it to that agent "
+              "alone."),
+        current, message, subject=subjects.api_offered("*"),
+    )  # fmt: skip
 
     for web in WEB_QUERIES:
         _routed_api(

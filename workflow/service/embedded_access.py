@@ -6,8 +6,9 @@ through `api.*`. So the embedded server gets the permission model of `deploy/nat
 with one nkey user per role:
 
 - service: everything under the prefix, the JetStream API, acks and replies;
-- agent: proposals, cancels, execution reports and status queries, consumers on the results
-  stream; it reads its replies (`_INBOX.agent.>`) and the held/released/blocked subjects;
+- agent: proposals, cancels, execution reports, status and offered-tools queries about
+  itself (`api.status.<agent>`, `api.offered.<agent>`), consumers on the results stream; it
+  reads its replies (`_INBOX.agent.>`) and the held/released/blocked subjects;
 - approver: decisions, `api.pending/get/explain/offered`, the controls (`api.grant.*`,
   `api.freeze(s)`, `api.policy.backtest`), `api.web.invite` (a signed request
   for a passkey link), its consumer on the inbox stream;
@@ -55,7 +56,7 @@ def permissions(role: Role, subjects: Subjects) -> Permissions:
         return Permissions(
             publish=(
                 subjects.proposals("*"), subjects.cancel("*"), subjects.executed("*"),
-                subjects.api_status("*"), subjects.api("key"),
+                subjects.api_status("*"), subjects.api_offered("*"), subjects.api("key"),
                 "$JS.API.INFO",
                 # Results consumers: the SDK's ordered consumer and the unattended worker's
                 # durable one, on the results stream only.
