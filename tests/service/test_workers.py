@@ -142,9 +142,9 @@ async def test_sighup_reloads_the_policy_in_the_workers_too(nats_url: str, tmp_p
             info = await js.consumer_info(intake.stream, intake.durable)
             return info.num_waiting or 0
 
-        await wait_until(pulling, lambda n: n >= 2, timeout=10)
+        await wait_until(pulling, lambda n: n >= 2, timeout=60)
         h.service._on_sighup()
-        await wait_until(reloads, lambda n: n == 2, timeout=10)  # this process and the worker
+        await wait_until(reloads, lambda n: n == 2, timeout=60)  # this process and the worker
 
 
 async def test_a_sighup_before_the_worker_has_its_handler_does_not_kill_it() -> None:
