@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -113,3 +114,114 @@ async def test_an_approval_step_commits_before_the_intake_batches_queued_before_
     assert len(flood_seqs) >= 5
     assert seq["decision.accepted"] < min(flood_seqs)
     assert (await store.audit.verify()).ok
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@given(st.lists(st.sampled_from(["urgent", "normal", "background"]), min_size=1, max_size=12))
+def test_background_waiters_go_last_while_they_are_not_overdue(arrivals: list[str]) -> None:
+    async def run() -> list[int]:
+        lock = PriorityLock(patience=1.0, clock=Clock())
+        order: list[int] = []
+        await lock.acquire()
+
+        async def waiter(i: int, kind: str) -> None:
+            async with lock.hold(urgent=kind == "urgent", background=kind == "background"):
+                order.append(i)
+
+        tasks = []
+        for i, kind in enumerate(arrivals):
+            tasks.append(asyncio.create_task(waiter(i, kind)))
+            await asyncio.sleep(0)
+        assert lock.waiting_background == arrivals.count("background")
+        lock.release()
+        await asyncio.gather(*tasks)
+        assert not lock.locked()
+        return order
+
+    order = asyncio.run(run())
+    by = {
+        k: [i for i, a in enumerate(arrivals) if a == k] for k in ("urgent", "normal", "background")
+    }
+    assert order == by["urgent"] + by["normal"] + by["background"]
+
+
+async def test_an_overdue_background_waiter_goes_before_the_normal_ones_not_the_urgent() -> None:
+    clock = Clock()
+    lock = PriorityLock(patience=1.0, clock=clock)
+    await lock.acquire()
+    order: list[str] = []
+
+    async def waiter(name: str, urgent: bool = False, background: bool = False) -> None:
+        async with lock.hold(urgent=urgent, background=background):
+            order.append(name)
+
+    tasks = [asyncio.create_task(waiter("prune", background=True))]
+    await _until(lambda: lock.waiting_background == 1)
+    tasks += [asyncio.create_task(waiter(f"intake-{i}")) for i in range(3)]
+    await _until(lambda: lock.waiting == (0, 3))
+    tasks.append(asyncio.create_task(waiter("approval", urgent=True)))
+    await _until(lambda: lock.waiting == (1, 3))
+    clock.now = 1.5  # the pruner has waited past its patience
+    lock.release()
+    await asyncio.gather(*tasks)
+    assert order == ["approval", "prune", "intake-0", "intake-1", "intake-2"]
+
+
+async def test_a_cancelled_background_waiter_leaves_the_lock_to_the_next() -> None:
+    lock = PriorityLock()
+    await lock.acquire()
+    order: list[str] = []
+
+    async def waiter(name: str, background: bool) -> None:
+        async with lock.hold(background=background):
+            order.append(name)
+
+    gone = asyncio.create_task(waiter("cancelled", True))
+    kept = asyncio.create_task(waiter("kept", True))
+    await _until(lambda: lock.waiting_background == 2)
+    gone.cancel()
+    await asyncio.sleep(0)
+    lock.release()
+    await kept
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    assert order == ["kept"]
+    assert not lock.locked()
+    with pytest.raises(ValueError, match="not both"):
+        await lock.acquire(urgent=True, background=True)
+
+
+async def test_a_background_transaction_leaves_the_event_loop_running(store: Store) -> None:
+    """The pruner's transactions do not stop the stages: on SQLite they run off the event loop
+    (a body that blocks its thread for 0.3 s lets the loop tick meanwhile); a normal SQLite
+    transaction runs on the loop's thread (the loop does not tick)."""
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    def slow(conn: object) -> None:
+        time.sleep(0.3)
+
+    running = asyncio.create_task(ticker())
+    try:
+        await asyncio.sleep(0.02)
+        ticks = 0
+        await store.db.transact(slow, background=True)
+        assert ticks > 0
+        if store.db.dialect == "sqlite":
+            ticks = 0
+            await store.db.transact(slow)
+            assert ticks == 0
+    finally:
+        running.cancel()

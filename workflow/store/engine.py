@@ -8,6 +8,7 @@ instead of meeting `database is locked`; PostgreSQL serialises audit appends on 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, NamedTuple, TypeVar
@@ -118,6 +119,22 @@ def table(model: Any) -> Table:
     return model.__table__  # type: ignore[no-any-return]
 
 
+async def _in_thread(engine: Engine, body: Callable[[Connection], T]) -> T:
+    """Run `body` as one transaction of `engine` in a worker thread. A cancelled caller still
+    waits for the transaction to end: the caller's lock must outlive it."""
+
+    def run() -> T:
+        with engine.begin() as conn:
+            return body(conn)
+
+    running = asyncio.ensure_future(asyncio.to_thread(run))
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        await asyncio.wait({running})
+        raise
+
+
 class Database:
     """An engine and the two ways to use it: `transact` (one write transaction) and `read`.
 
@@ -131,6 +148,9 @@ class Database:
         self.engine = engine
         self.dialect = engine.dialect.name
         self._sync_writer = sqlite_sync_writer(engine)
+        #: SQLite: a second synchronous connection for background transactions, run in a
+        #: worker thread under the same write lock (the event loop goes on meanwhile).
+        self._background_writer = sqlite_sync_writer(engine)
         self._write_lock = (
             SqliteWriteLock(
                 str(self._sync_writer.url.database) if self._sync_writer is not None else None
@@ -162,8 +182,9 @@ class Database:
     async def close(self) -> None:
         if self._checkpointer is not None:
             await self._checkpointer.close()
-        if self._sync_writer is not None:
-            self._sync_writer.dispose()
+        for sync in (self._sync_writer, self._background_writer):
+            if sync is not None:
+                sync.dispose()
         if self._write_lock is not None:
             self._write_lock.close()
         await self.engine.dispose()
@@ -205,19 +226,23 @@ class Database:
         conn.execute(statement, [r._asdict() for r in rows])
 
     @asynccontextmanager
-    async def _write(self, urgent: bool) -> AsyncIterator[AsyncConnection]:
-        if self._write_lock is None:
-            async with self.gate.hold(urgent=urgent), self.engine.begin() as conn:
-                yield conn
-            return
-        async with self._write_lock.hold(urgent=urgent), self.engine.begin() as conn:
+    async def _write(
+        self, urgent: bool, background: bool = False
+    ) -> AsyncIterator[AsyncConnection]:
+        lock = self.gate if self._write_lock is None else self._write_lock
+        async with lock.hold(urgent=urgent, background=background), self.engine.begin() as conn:
             yield conn
 
-    async def transact(self, body: Callable[[Connection], T], *, urgent: bool = False) -> T:
+    async def transact(
+        self, body: Callable[[Connection], T], *, urgent: bool = False, background: bool = False
+    ) -> T:
         """Run `body` as one write transaction (commit on return, rollback on exception).
 
         `urgent`: an approval step (a decision, cancel or expiry): it goes before the other
-        writers of this process waiting at that moment (see `PriorityLock`).
+        writers of this process waiting at that moment (see `PriorityLock`). `background`:
+        housekeeping (the retention pruner): it goes after them, and on SQLite runs in a worker
+        thread on a connection of its own rather than on the event loop, so a long deletion
+        does not stop the stages meanwhile (their writes wait for the lock; their reads go on).
 
         SQLite: the whole transaction runs synchronously on the event loop's thread, on the
         synchronous writer, serialised by the write lock like every other write. A transaction
@@ -228,8 +253,14 @@ class Database:
         """
         writer = self._sync_writer
         if writer is None or self._write_lock is None:
-            async with self._write(urgent) as conn:
+            async with self._write(urgent, background) as conn:
                 return await conn.run_sync(body)
+        if background and self._background_writer is not None:
+            async with self._write_lock.hold(background=True):
+                result = await _in_thread(self._background_writer, body)
+            if self._checkpointer is not None:
+                self._checkpointer.committed()
+            return result
         async with self._write_lock.hold(urgent=urgent):
             with writer.begin() as conn:
                 result = body(conn)

@@ -2,8 +2,9 @@
 belongs to them, published outbox rows, and the oldest audit records (archived first, the chain
 anchored).
 
-Each call deletes at most `limit` items in one short transaction at normal priority (approval
-steps go before it at the writer), so the pruner never holds the database for long; the
+Each call deletes at most `limit` items in one short transaction at background priority (every
+other writer waiting goes first; on SQLite it runs off the event loop), so the pruner never
+holds the database for long; the
 service calls it again until there is nothing left to prune. Every deletion is idempotent, so
 several replicas may prune at once; audit pruning moves the anchor with an optimistic check.
 """
@@ -78,7 +79,7 @@ class Retention:
                 conn.execute(delete(PROPOSALS).where(PROPOSALS.c.id.in_(chunk)))
             return len(ids)
 
-        return await self.db.transact(body)
+        return await self.db.transact(body, background=True)
 
     async def prune_outbox(self, older_than: datetime, limit: int = 5000) -> int:
         """Delete up to `limit` published outbox rows created before `older_than` (the
@@ -95,7 +96,7 @@ class Retention:
                 conn.execute(delete(OUTBOX).where(OUTBOX.c.msg_id.in_(chunk)))
             return len(ids)
 
-        return await self.db.transact(body)
+        return await self.db.transact(body, background=True)
 
     async def prune_audit(
         self, older_than: datetime, archive: Archive, now: datetime, limit: int = 5000
@@ -147,5 +148,5 @@ class Retention:
             conn.execute(delete(AUDIT).where(AUDIT.c.seq > anchor_seq, AUDIT.c.seq <= last.seq))
             self.audit.append_in(conn, [record], now)
 
-        await self.db.transact(body)
+        await self.db.transact(body, background=True)
         return len(prefix)

@@ -41,16 +41,17 @@ class SqliteWriteLock:
         self._release()
 
     @asynccontextmanager
-    async def hold(self, *, urgent: bool = False) -> AsyncIterator[None]:
-        """Hold the lock; `urgent` waiters of this process are served before the others."""
-        await self._acquire(urgent=urgent)
+    async def hold(self, *, urgent: bool = False, background: bool = False) -> AsyncIterator[None]:
+        """Hold the lock; `urgent` waiters of this process are served before the others,
+        `background` ones after them (see `PriorityLock`)."""
+        await self._acquire(urgent=urgent, background=background)
         try:
             yield
         finally:
             self._release()
 
-    async def _acquire(self, *, urgent: bool) -> None:
-        await self.local.acquire(urgent=urgent)
+    async def _acquire(self, *, urgent: bool, background: bool = False) -> None:
+        await self.local.acquire(urgent=urgent, background=background)
         try:
             await self._lock_file()
         except BaseException:
