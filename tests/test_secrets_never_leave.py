@@ -117,6 +117,20 @@ async def test_no_output_a_person_or_a_notifier_reads_carries_a_secret(
             "history reasons": history.classification.model_dump_json(),
             "history events": json.dumps([e.model_dump(mode="json") for e in history.events]),
         }
+        # A proposal the intake cannot read (no agent) is a dead letter that still carries the
+        # call: `headgate dead` shows it masked.
+        broken = real.model_dump(mode="json") | {"id": "p-broken"}
+        del broken["agent"]
+        await h.nc.jetstream().publish(
+            h.subjects.proposals(real.agent), json.dumps(broken).encode(),
+            headers={"Nats-Msg-Id": "p-broken"},
+        )  # fmt: skip
+        await h.observer.wait_for("dead")
+        outputs["dead --json"] = await cli("dead", "--json", *where)
+        (letter,) = json.loads(outputs["dead --json"])
+        assert "p-broken" in letter["payload"]
+        assert "curl" in letter["payload"]
+        assert "••••" in letter["payload"]
         leaks = {name: leaked(text) for name, text in outputs.items() if leaked(text)}
         assert leaks == {}
 

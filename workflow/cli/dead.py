@@ -41,7 +41,8 @@ def dead(
     """List dead letters, oldest first: what could not be processed, where, and why.
 
     They are kept 30 days on the HEADGATE_DEAD stream. A payload longer than 32 KiB is shown
-    cut; its size and sha256 identify the whole of it.
+    cut; its size and sha256 identify the whole of it. Secrets in the payload and the error
+    are masked (••••), in the table and in --json alike.
     """
     import asyncio
 
@@ -120,9 +121,30 @@ async def read_dead_letters(
                     "error": "(not a dead letter)",
                     "payload": msg.data.decode(errors="replace"),
                 }
-            letters.append({"seq": seq, **body})
+            letters.append({"seq": seq, **masked_letter(body)})
             if msg.metadata.num_pending == 0:
                 break
     finally:
         await sub.unsubscribe()
     return list(letters)
+
+
+def masked_letter(body: Any) -> dict[str, Any]:
+    """A dead letter as shown: credential-looking values in its payload (a proposal that could
+    not be read still carries the call's arguments) and its error masked."""
+    from workflow.masking import mask_secrets, mask_text
+
+    if not isinstance(body, dict):
+        return {"error": "(not a dead letter)", "payload": mask_text(json.dumps(body))}
+    shown = dict(body)
+    payload = shown.get("payload")
+    if isinstance(payload, str):
+        try:
+            parsed = json.loads(payload)
+        except ValueError:
+            shown["payload"] = mask_text(payload)
+        else:
+            shown["payload"] = json.dumps(mask_secrets(parsed), ensure_ascii=False)
+    if isinstance(shown.get("error"), str):
+        shown["error"] = mask_text(shown["error"])
+    return shown
