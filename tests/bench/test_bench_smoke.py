@@ -68,3 +68,17 @@ def test_ratios_and_resources_are_reported(report: dict[str, Any]) -> None:
 def test_the_bot_approved_every_held_call(report: dict[str, Any]) -> None:
     assert report["bot"]["errors"] == 0
     assert report["bot"]["decisions_sent"] > 0
+
+
+def test_a_soak_runs_at_the_rate_given() -> None:
+    app = typer.Typer()
+    app.command()(bench)
+    result = CliRunner().invoke(
+        app, ["--json", "--soak", "0.1", "--rate", "30", "--count", "100", "--warmup", "20"]
+    )
+    assert result.exit_code == 0, result.output
+    soak = json.loads(result.stdout[result.stdout.index("{") :])["soak"]
+    assert soak["rate"] == 30
+    assert soak["max_throughput"] > 30
+    assert soak["lost"] == 0
+    assert soak["completed"] == soak["published"] > 0

@@ -399,12 +399,13 @@ def summarize_rounds(rounds: list[dict[str, Any]], rig_usage: Usage) -> dict[str
 
 
 async def soak(rig: Rig, config: BenchConfig, reporter: Reporter) -> dict[str, Any]:
-    """Measure Headgate's max throughput on the mix, then run at half of it, minute by minute."""
+    """Measure Headgate's max throughput on the mix, then run at half of it (or at `--rate`),
+    minute by minute."""
     assert config.soak_minutes is not None
     probe = await run_phase(rig, "soak: max throughput", relay=False, mix=config.mix, rate=None,
                             config=config, reporter=reporter)  # fmt: skip
     max_tp = float(probe["throughput"] or 0)
-    rate = max(1.0, max_tp / 2)
+    rate = config.rate or max(1.0, max_tp / 2)
     minutes: list[dict[str, Any]] = []
     seconds = config.soak_minutes * 60
     rig.phase_no += 1
@@ -413,7 +414,8 @@ async def soak(rig: Rig, config: BenchConfig, reporter: Reporter) -> dict[str, A
     load = Load(subject_for=rig.subjects.proposals, mix=config.mix, count=None, duration=seconds,
                 rate=rate, window=config.window, tag=f"{rig.tag}s{rig.phase_no}",
                 seed=rig.phase_no)  # fmt: skip
-    reporter.say(f"soak: {config.soak_minutes:g} min at {rate:.0f}/s (half of {max_tp:.0f}/s)")
+    share = "half" if config.rate is None else f"{rate / max(max_tp, 1.0):.2f} ×"
+    reporter.say(f"soak: {config.soak_minutes:g} min at {rate:.0f}/s ({share} of {max_tp:.0f}/s)")
     reporter.phase("soak", int(rate * seconds))
     cpu0 = rig.service.usage().cpu
 

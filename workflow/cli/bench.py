@@ -70,8 +70,9 @@ def bench(
     ] = None,
     rate: Annotated[
         float | None,
-        typer.Option("--rate", min=1, help="Offered proposals/s of the latency phases. Default: "
-                     "half of Headgate's throughput on the mix measured in the same round."),
+        typer.Option("--rate", min=1, help="Offered proposals/s of the latency phases and the "
+                     "soak. Default: half of Headgate's throughput on the mix measured in the "
+                     "same round."),
     ] = None,
     mix: Annotated[
         str, typer.Option("--mix", help="Percent reads,approvable writes,denied calls.")
