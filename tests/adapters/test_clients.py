@@ -22,10 +22,11 @@ from workflow.adapters.calls import (
     Phase,
     default_agent,
     mcp_server,
+    pending_answer,
     proposal_base,
     proposal_id,
 )
-from workflow.adapters.hook import CLIENTS
+from workflow.adapters.hook import CLIENTS, options_for
 from workflow.messages import Proposal
 
 DATA = Path(__file__).parent.parent / "data" / "hooks"
@@ -255,6 +256,57 @@ def test_a_client_that_cannot_change_arguments_blocks_a_changed_release(
     reply = client.render(before(client, event), CHANGED)
     assert reply.code == 2
     assert "echo changed" in reply.stderr
+
+
+DEFER = pending_answer("rq_1", "hk-1", 20, "defer")
+
+
+def test_a_held_call_is_denied_naming_the_request_or_deferred_when_asked() -> None:
+    deny = pending_answer("rq_1", "hk-1", 20)
+    assert (deny.action, DEFER.action) == (Action.DENY, Action.DEFER)
+    assert "request rq_1" in deny.reason
+    assert deny.reason == DEFER.reason
+
+
+def test_claude_code_defers_a_pre_tool_use_and_blocks_a_permission_request() -> None:
+    reply = claude_code.render(claude_code.parse(CLAUDE), DEFER)
+    assert reply.code == 0
+    assert out(reply.stdout) == {"hookSpecificOutput": {
+        "hookEventName": "PreToolUse", "permissionDecision": "defer",
+        "permissionDecisionReason": DEFER.reason}}  # fmt: skip
+    asked = claude_code.parse({**CLAUDE, "hook_event_name": "PermissionRequest"})
+    blocked = claude_code.render(asked, DEFER)
+    assert (blocked.code, blocked.stderr) == (2, DEFER.reason + "\n")
+
+
+@pytest.mark.parametrize(
+    ("client", "event"),
+    [(codex.CLIENT, CODEX), (gemini.CLIENT, GEMINI), (cursor.CLIENT, CURSOR_SHELL)],
+)
+def test_a_client_that_cannot_defer_blocks_a_deferral(
+    client: Client, event: dict[str, Any]
+) -> None:
+    reply = client.render(before(client, event), DEFER)
+    assert reply.code == 2
+    assert DEFER.reason in reply.stderr
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+def test_on_pending_defer_is_refused_for_a_client_that_cannot_defer(client: str) -> None:
+    def options(on_pending: str) -> Any:
+        return options_for(
+            client, agent="a", workspace="default", wait=1, connect_timeout=1, nats_url=None,
+            data_dir=Path("/nonexistent"), prefix="headgate", on_pending=on_pending,
+        )  # fmt: skip
+
+    assert options("deny").on_pending == "deny"
+    with pytest.raises(ValueError, match="deny or defer"):
+        options("later")
+    if client == "claude-code":
+        assert options("defer").on_pending == "defer"
+    else:
+        with pytest.raises(ValueError, match=f"{client} cannot defer"):
+            options("defer")
 
 
 @pytest.mark.parametrize("client", sorted(CLIENTS))

@@ -5,6 +5,12 @@ Measured with the real CLI (see the README): a `PreToolUse` answer
 prompt; exit 2 with the reason on stderr blocks it and the reason reaches the model as the
 tool's error. Claude Code ignores `{"decision": "deny"}`, and a hook that crashes or times out
 falls through to its own permission check, so every failure here must end in exit 2.
+
+A call still held can be deferred instead (`--on-pending defer`): `permissionDecision:
+"defer"` ends a `claude -p` run with `stop_reason: "tool_deferred"` (the call has not run),
+and `claude -p --resume <session>` asks this hook again for the same call, which binds to the
+same request. Measured with 2.1.197: a resumed run whose call is still held defers again
+without asking the model; approved, the call runs once; rejected, the reason reaches the model.
 """
 
 from __future__ import annotations
@@ -70,7 +76,11 @@ def parse(event: Mapping[str, Any]) -> HookCall:
 
 
 def render(call: HookCall, answer: Answer) -> Reply:
-    if answer.action is Action.DENY:
+    if answer.action is Action.DEFER and call.event == "PreToolUse":
+        return Reply(stdout=as_json({"hookSpecificOutput": {
+            "hookEventName": "PreToolUse", "permissionDecision": "defer",
+            "permissionDecisionReason": answer.reason}}))  # fmt: skip
+    if answer.action in (Action.DENY, Action.DEFER):  # only PreToolUse can defer
         return block(answer.reason)
     if answer.action is Action.NEUTRAL or call.phase is not Phase.BEFORE:
         return Reply()
@@ -102,4 +112,4 @@ def config(command: str, timeout: int) -> str:
     )  # fmt: skip
 
 
-CLIENT = Client(NAME, parse, render, config, "~/.claude/settings.json")
+CLIENT = Client(NAME, parse, render, config, "~/.claude/settings.json", defers=True)

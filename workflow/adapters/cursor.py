@@ -111,7 +111,7 @@ def render(call: HookCall, answer: Answer) -> Reply:
             "Headgate released this call with changed arguments, which Cursor cannot apply; "
             f"make the call again with these arguments: {answer.arguments}",
         )
-    if answer.action is Action.DENY:
+    if answer.action in (Action.DENY, Action.DEFER):  # it cannot defer
         body = {"permission": "deny", "user_message": answer.reason,
                 "agent_message": answer.reason}  # fmt: skip
         return Reply(stdout=as_json(body), stderr=answer.reason + "\n", code=BLOCK)

@@ -63,6 +63,15 @@ def hook(
     nats_url: NatsUrl = None,
     data_dir: DataDir = DEFAULT_DATA_DIR,
     prefix: Prefix = "headgate",
+    on_pending: Annotated[
+        str,
+        typer.Option(
+            "--on-pending",
+            help="The answer for a call still pending after --wait: deny (names the request; "
+            "the same call retried binds to it) or defer (claude-code under `claude -p` only: "
+            "the run ends as deferred and `claude -p --resume SESSION` asks again).",
+        ),
+    ] = "deny",
     print_config: Annotated[
         bool,
         typer.Option(
@@ -83,10 +92,14 @@ def hook(
     """
     from workflow.adapters.hook import options_for
 
-    options = options_for(
-        client, agent=agent, workspace=workspace, wait=wait, connect_timeout=connect_timeout,
-        nats_url=nats_url, data_dir=data_dir, prefix=prefix,
-    )  # fmt: skip
+    try:
+        options = options_for(
+            client, agent=agent, workspace=workspace, wait=wait,
+            connect_timeout=connect_timeout, nats_url=nats_url, data_dir=data_dir,
+            prefix=prefix, on_pending=on_pending,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
     if print_config:
         from workflow.adapters.hook import CLIENTS
         from workflow.adapters.hook import print_config as snippet
@@ -113,6 +126,8 @@ def _command(client: str, options: GateOptions, agent: str | None, nats_url: str
         argv += ["--data-dir", str(options.data_dir)]
     if options.prefix != "headgate":
         argv += ["--prefix", options.prefix]
+    if options.on_pending != "deny":
+        argv += ["--on-pending", options.on_pending]
     return shlex.join(argv)
 
 
