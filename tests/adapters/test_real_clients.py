@@ -233,3 +233,100 @@ async def test_claude_p_defers_a_held_call_and_the_resumed_run_gets_the_decision
                 assert not out.exists()
                 assert model.sent_back(REASON)
                 assert len(h.observer.of("blocked")) == 1
+
+
+# --------------------------------------------------------------------------- HTTP hooks
+
+
+class Serve:
+    """A real `headgate serve --hook-listen` in its own data dir (embedded nats-server)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.data = root / ".headgate"
+        self.log = root / "serve.log"
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HEADGATE_")}
+        with self.log.open("w") as log:
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "workflow", "serve", "--hook-listen", "127.0.0.1:0",
+                "--data-dir", str(self.data), cwd=self.root, env=env, stdout=log, stderr=log,
+            )  # fmt: skip
+        for _ in range(600):
+            if "headgate ready" in self.log.read_text():
+                return
+            assert self.proc.returncode is None, self.log.read_text()
+            await asyncio.sleep(0.1)
+        raise AssertionError(self.log.read_text())
+
+    async def stop(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.terminate()
+            await asyncio.wait_for(self.proc.wait(), 30)
+
+    def url(self) -> str:
+        return (self.data / "hook.url").read_text().strip()
+
+    def token(self) -> str:
+        return (self.data / "hook.token").read_text().strip()
+
+
+def http_hook_settings(home: Path, hook_url: str) -> None:
+    url = f"{hook_url}/hooks/claude-code?agent={AGENT}&wait=30"
+    (home / ".claude").mkdir(parents=True, exist_ok=True)
+    (home / ".claude/settings.json").write_text(
+        claude_code.http_config(url, 40, "HEADGATE_HOOK_TOKEN")
+    )
+
+
+async def approver_decides(data: Path, verdict: str) -> None:
+    async with Approver.connect(
+        name=getpass.getuser() or "local", key=data / "approver.seed", data_dir=data
+    ) as me:
+        inbox = me.inbox()
+        item = await asyncio.wait_for(inbox.__anext__(), 60)
+        await inbox.aclose()
+        if verdict == "approve":
+            await item.approve("fine")
+        else:
+            await item.reject(REASON)
+
+
+async def test_claude_code_http_hook_on_serve_gates_a_shell_call_and_fails_open_without_it(
+    tmp_path: Path,
+) -> None:
+    serve = Serve(tmp_path)
+    await serve.start()
+    try:
+        hook_url, token = serve.url(), serve.token()
+        for verdict in ("reject", "approve"):
+            home, work, out = tmp_path / verdict, tmp_path / verdict / "work", tmp_path / verdict
+            work.mkdir(parents=True)
+            out = out / "out.txt"
+            with FakeModel(f"echo hello >> {out}") as model:
+                _, env = claude(home, work, model.url, "unused")
+                http_hook_settings(home, hook_url)
+                env["HEADGATE_HOOK_TOKEN"] = token
+                deciding = asyncio.create_task(approver_decides(serve.data, verdict))
+                result = await claude_p(home, work, env, "append hello to the file")
+                await asyncio.wait_for(deciding, 30)
+            if verdict == "reject":
+                assert not out.exists(), result
+                assert model.sent_back(REASON), result
+            else:
+                assert out.read_text() == "hello\n", result
+    finally:
+        await serve.stop()
+    # serve stopped: Claude Code takes the refused connection as "no hook ran" and falls back
+    # to its own permission rules — where those allow the shell, the call runs (fail open).
+    home, work, out = tmp_path / "down", tmp_path / "down" / "work", tmp_path / "down" / "out.txt"
+    work.mkdir(parents=True)
+    with FakeModel(f"echo hello >> {out}") as model:
+        _, env = claude(home, work, model.url, "unused")
+        http_hook_settings(home, hook_url)
+        env["HEADGATE_HOOK_TOKEN"] = token
+        result = await claude_p(home, work, env, "append hello to the file", "--allowedTools",
+                                "Bash")  # fmt: skip
+    assert out.read_text() == "hello\n", result

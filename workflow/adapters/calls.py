@@ -110,6 +110,11 @@ class Client:
     config_file: str
     #: Whether the client can defer a held call (`Action.DEFER`, `--on-pending defer`).
     defers: bool = False
+    #: Clients with HTTP hooks: the JSON body that answers an event (`serve --hook-listen`).
+    http_render: Callable[[HookCall, Answer], dict[str, Any]] | None = None
+    #: And the settings snippet for an HTTP hook, given its URL, timeout in seconds and the
+    #: environment variable holding the bearer token.
+    http_config: Callable[[str, int, str], str] | None = None
 
 
 # --------------------------------------------------------------------------- reading input

@@ -100,6 +100,28 @@ def render(call: HookCall, answer: Answer) -> Reply:
     return Reply(stdout=as_json({"hookSpecificOutput": out}))
 
 
+def render_http(call: HookCall, answer: Answer) -> dict[str, Any]:
+    """The answer to an HTTP hook: the body of a 200 (any other status, a timeout or a
+    connection failure, and Claude Code goes on as if no hook ran: it fails open)."""
+    defers = answer.action is Action.DEFER and call.event == "PreToolUse"
+    if answer.action in (Action.DENY, Action.DEFER) and not defers:
+        reason = answer.reason
+        if call.event == "PermissionRequest":
+            decision = {"behavior": "deny", "message": reason}
+            return {"hookSpecificOutput": {"hookEventName": call.event, "decision": decision}}
+        # Measured: either shape denies; `decision: block` also where the event is unknown.
+        body: dict[str, Any] = {"decision": "block", "reason": reason}
+        if call.event in ("PreToolUse", ""):
+            body["hookSpecificOutput"] = {
+                "hookEventName": "PreToolUse", "permissionDecision": "deny",
+                "permissionDecisionReason": reason,
+            }  # fmt: skip
+        return body
+    reply = render(call, answer)  # an allow, a deferral or nothing: the command hook's JSON
+    body = json.loads(reply.stdout) if reply.stdout else {}
+    return body
+
+
 def config(command: str, timeout: int) -> str:
     """For `~/.claude/settings.json` (timeout in seconds)."""
     hook = [{"type": "command", "command": command, "timeout": timeout}]
@@ -112,4 +134,23 @@ def config(command: str, timeout: int) -> str:
     )  # fmt: skip
 
 
-CLIENT = Client(NAME, parse, render, config, "~/.claude/settings.json", defers=True)
+def http_config(url: str, timeout: int, token_env: str) -> str:
+    """An HTTP hook for `~/.claude/settings.json`: Claude Code fills `$VAR` in a header only
+    from the variables `allowedEnvVars` lists (any other becomes an empty string)."""
+    hook = [{
+        "type": "http", "url": url, "timeout": timeout,
+        "headers": {"Authorization": f"Bearer ${token_env}"}, "allowedEnvVars": [token_env],
+    }]  # fmt: skip
+    return json.dumps(
+        {"hooks": {
+            "PreToolUse": [{"matcher": "*", "hooks": hook}],
+            "PostToolUse": [{"matcher": "*", "hooks": hook}],
+        }},
+        indent=2,
+    )  # fmt: skip
+
+
+CLIENT = Client(
+    NAME, parse, render, config, "~/.claude/settings.json", defers=True,
+    http_render=render_http, http_config=http_config,
+)  # fmt: skip

@@ -80,6 +80,22 @@ def hook(
             "and exit.",
         ),
     ] = False,
+    http: Annotated[
+        bool,
+        typer.Option(
+            "--http",
+            help="With --print-config: an HTTP hook against `serve --hook-listen` instead of "
+            "the command (claude-code only). It fails open: with serve down, calls go ahead.",
+        ),
+    ] = False,
+    hook_url: Annotated[
+        str | None,
+        typer.Option(
+            "--hook-url",
+            help="With --http: the HTTP hooks' address, e.g. http://127.0.0.1:8788. Default: "
+            "the one `serve --hook-listen` recorded in the data dir (hook.url).",
+        ),
+    ] = None,
 ) -> None:
     """Answer one hook event of a coding agent (the client's JSON on stdin).
 
@@ -100,6 +116,9 @@ def hook(
         )  # fmt: skip
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    if print_config and http:
+        sys.stdout.write(_http_snippet(client, options, hook_url))
+        raise typer.Exit(0)
     if print_config:
         from workflow.adapters.hook import CLIENTS
         from workflow.adapters.hook import print_config as snippet
@@ -110,6 +129,47 @@ def hook(
     from workflow.adapters.hook import run
 
     raise typer.Exit(run(client, options))
+
+
+#: The variable the HTTP hook's Authorization header is filled from.
+TOKEN_ENV = "HEADGATE_HOOK_TOKEN"
+
+
+def _http_snippet(client: str, options: GateOptions, hook_url: str | None) -> str:
+    from urllib.parse import urlencode
+
+    from workflow import datadir
+    from workflow.adapters.hook import CLIENTS, client_timeout
+
+    config = CLIENTS[client].http_config
+    if config is None:
+        raise typer.BadParameter(f"{client} has no HTTP hooks: use the command hook")
+    data_dir = options.data_dir or Path(DEFAULT_DATA_DIR)
+    if hook_url is None:
+        try:
+            hook_url = (data_dir / datadir.HOOK_URL_FILE).read_text().strip()
+        except OSError:
+            raise typer.BadParameter(
+                f"no {datadir.HOOK_URL_FILE} in {data_dir}: start `headgate serve --hook-listen "
+                "127.0.0.1:8788` first, or pass --hook-url"
+            ) from None
+    query = {"agent": options.agent}
+    if options.workspace != "default":
+        query["workspace"] = options.workspace
+    query["wait"] = f"{options.wait:g}"
+    if options.on_pending != "deny":
+        query["on_pending"] = options.on_pending
+    url = f"{hook_url.rstrip('/')}/hooks/{client}?{urlencode(query)}"
+    token = data_dir / datadir.HOOK_TOKEN_FILE
+    return (
+        f"# {CLIENTS[client].config_file}\n"
+        "# WARNING: an HTTP hook fails open. When serve is down, unreachable, slow or answers\n"
+        f"# with an error, {client} goes on as if no hook ran and the call goes ahead (under\n"
+        "# its own permission rules). The command hook (--print-config without --http) blocks\n"
+        "# then: it stays the safe default.\n"
+        f"# The agent's environment needs the token: export {TOKEN_ENV}=$(cat {token})\n"
+        f"{config(url, client_timeout(options), TOKEN_ENV)}\n"
+    )
 
 
 def _command(client: str, options: GateOptions, agent: str | None, nats_url: str | None) -> str:
