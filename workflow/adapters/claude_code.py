@@ -11,6 +11,7 @@ A call still held can be deferred instead (`--on-pending defer`): `permissionDec
 and `claude -p --resume <session>` asks this hook again for the same call, which binds to the
 same request. Measured with 2.1.197: a resumed run whose call is still held defers again
 without asking the model; approved, the call runs once; rejected, the reason reaches the model.
+With two deferred calls in one turn only the last is resumed; the other never runs.
 """
 
 from __future__ import annotations
