@@ -7,18 +7,21 @@ Code takes any other status as "no hook ran" and lets the call go ahead.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import stat
 from pathlib import Path
 from typing import Any
 
 import httpx
+import nats
 import pytest
 
 from tests.service.helpers import Harness, decision, running_service, send_decision
 from workflow import datadir
-from workflow.adapters import claude_code
+from workflow.adapters import claude_code, http_hook
 from workflow.adapters.calls import proposal_base, proposal_id
+from workflow.service.hook_endpoint import HookEndpoint
 
 DATA = Path(__file__).parent.parent / "data" / "hooks"
 AGENT = "http-agent"
@@ -169,3 +172,64 @@ async def test_the_token_is_private_and_the_url_is_recorded_while_serving(
     assert not (data / datadir.HOOK_URL_FILE).exists()
     # The same token next time: the agents' settings keep working across restarts.
     assert datadir.hook_token(data)[0] == token
+
+
+async def test_a_call_waiting_when_serve_stops_is_answered_blocked_not_cut_off(
+    h: Harness,
+) -> None:
+    assert h.service.hooks is not None
+    waiting = asyncio.create_task(post(h, WRITE, wait="60"))
+    await h.observer.wait_for("inbox", pid_of(WRITE))
+    started = asyncio.get_running_loop().time()
+    await h.service.hooks.stop()
+    answered = await asyncio.wait_for(waiting, 10)
+    assert asyncio.get_running_loop().time() - started < 10
+    assert decision_of(answered) == "block"
+    assert "shutting down" in answered.json()["reason"]
+
+
+async def test_an_agent_with_a_call_waiting_is_not_closed_to_make_room_for_another(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http_hook, "MAX_AGENTS", 1)
+    waiting = asyncio.create_task(post(h, WRITE, wait="30"))
+    (item,) = await h.observer.wait_for("inbox", pid_of(WRITE))
+    other = await post(h, READ, agent="other-agent")  # over the limit, while the first waits
+    assert decision_of(other) == "allow"
+    await send_decision(
+        h.nc, h.subjects, decision(h.key, item["request_id"], item["proposal_digest"], "approve")
+    )
+    assert decision_of(await asyncio.wait_for(waiting, 20)) == "allow"
+    # Idle now: the next request closes it.
+    await post(h, {**READ, "session_id": "s2"}, agent="other-agent")
+    assert h.service.hooks is not None
+    assert h.service.hooks.gateway is not None
+    assert list(h.service.hooks.gateway._agents) == [("other-agent", "default")]
+
+
+async def test_a_hook_arriving_while_serve_starts_waits_for_its_answer(
+    nats_url: str, tmp_path: Path
+) -> None:
+    endpoint = HookEndpoint("127.0.0.1:0", tmp_path)
+    host, port = endpoint.url.removeprefix("http://").rsplit(":", 1)
+    token, _ = datadir.hook_token(tmp_path)
+    # Connected before the server runs: queued, not refused (a refusal is a go-ahead).
+    reader, writer = await asyncio.open_connection(host, int(port))
+    body = b"{not json"
+    writer.write(
+        f"POST /hooks/claude-code?agent=a HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n".encode()
+        + body
+    )
+    await writer.drain()
+    nc = await nats.connect(nats_url)
+    try:
+        await endpoint.start(nc, prefix="nobody", service_key="N" + "A" * 55)
+        response = await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+        await endpoint.stop()
+    head, _, payload = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert json.loads(payload)["decision"] == "block"

@@ -19,7 +19,7 @@ import json
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,39 +103,61 @@ def parse_body(client: Client, body: bytes) -> HookCall:
     return client.parse(event)
 
 
+class Closing(Exception):
+    """The gateway is stopping: a call still waiting is answered now, blocked."""
+
+    def __str__(self) -> str:
+        return "Headgate is shutting down; ask again once it is back"
+
+
 class HookGateway:
     """Answers HTTP hook events through the agent SDK, on one NATS connection.
 
     One `Headgate` per agent (each with its results consumer), opened on first use and kept;
-    the least recently used is closed beyond `MAX_AGENTS`.
+    beyond `MAX_AGENTS` the least recently used one that no request is using is closed. When
+    it stops, every call still waiting is answered at once with a block: a connection cut by
+    the shutdown would be a go-ahead in the client.
     """
 
     def __init__(self, nc: NATS, *, prefix: str, service_key: str | None = None):
         self.nc = nc
         self.prefix = prefix
         self.service_key = service_key
+        self.closing = asyncio.Event()
         self._agents: OrderedDict[tuple[str, str], Headgate] = OrderedDict()
+        self._using: dict[tuple[str, str], int] = {}
         self._lock = asyncio.Lock()
 
-    async def agent(self, name: str, workspace: str) -> Headgate:
+    @contextlib.asynccontextmanager
+    async def agent(self, name: str, workspace: str) -> AsyncIterator[Headgate]:
+        key = (name, workspace)
         async with self._lock:
-            key = (name, workspace)
             hg = self._agents.get(key)
-            if hg is not None:
-                self._agents.move_to_end(key)
-                return hg
-            hg = Headgate(
-                self.nc, agent=name, workspace=workspace, prefix=self.prefix,
-                service_key=self.service_key,
-            )  # fmt: skip
-            await hg.start()
-            self._agents[key] = hg
-            while len(self._agents) > MAX_AGENTS:
-                _, old = self._agents.popitem(last=False)
-                await old.close()
-            return hg
+            if hg is None:
+                hg = Headgate(
+                    self.nc, agent=name, workspace=workspace, prefix=self.prefix,
+                    service_key=self.service_key,
+                )  # fmt: skip
+                await hg.start()
+                self._agents[key] = hg
+            self._agents.move_to_end(key)
+            self._using[key] = self._using.get(key, 0) + 1
+            await self._evict()
+        try:
+            yield hg
+        finally:
+            self._using[key] -= 1
+            if not self._using[key]:
+                del self._using[key]
+
+    async def _evict(self) -> None:
+        idle = [k for k in self._agents if k not in self._using]
+        for key in idle[: max(len(self._agents) - MAX_AGENTS, 0)]:
+            with contextlib.suppress(Exception):
+                await self._agents.pop(key).close()
 
     async def close(self) -> None:
+        self.closing.set()
         async with self._lock:
             for hg in self._agents.values():
                 with contextlib.suppress(Exception):
@@ -145,12 +167,25 @@ class HookGateway:
     async def decide(self, call: HookCall, params: HookParams) -> Answer:
         if call.phase is Phase.OTHER:
             return NEUTRAL
-        hg = await self.agent(params.agent, params.workspace)
-        if call.phase is Phase.AFTER:
-            await report(hg, call)
-            return NEUTRAL
-        gated = await gate(hg, call, params.wait, on_pending=params.on_pending)
-        return gated.answer
+        async with self.agent(params.agent, params.workspace) as hg:
+            if call.phase is Phase.AFTER:
+                await report(hg, call)
+                return NEUTRAL
+            gated = await gate(hg, call, params.wait, on_pending=params.on_pending)
+            return gated.answer
+
+    async def _unless_closing(self, work: Awaitable[Answer], timeout: float) -> Answer:
+        task = asyncio.ensure_future(work)
+        closing = asyncio.ensure_future(self.closing.wait())
+        try:
+            done, _ = await asyncio.wait({task, closing}, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            if task in done:
+                return task.result()
+            raise Closing() if closing in done else TimeoutError()
+        finally:
+            task.cancel()
+            closing.cancel()
 
     async def answer(self, client: Client, query: Mapping[str, str], body: bytes) -> dict[str, Any]:
         """The JSON body answering one HTTP hook request. Never raises: a failure blocks the
@@ -158,9 +193,12 @@ class HookGateway:
         assert client.http_render is not None
         call: HookCall | None = None
         try:
+            if self.closing.is_set():
+                raise Closing()
             params = HookParams.from_query(client, query)
             call = parse_body(client, body)
-            decided = await asyncio.wait_for(self.decide(call, params), params.wait + MARGIN)
+            timeout = params.wait + MARGIN
+            decided = await self._unless_closing(self.decide(call, params), timeout)
             return client.http_render(call, decided)
         except Exception as exc:
             if call is not None and call.phase is not Phase.BEFORE:

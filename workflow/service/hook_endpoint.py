@@ -88,6 +88,9 @@ class HookEndpoint:
         self.data_dir = data_dir
         host, port = parse_listen(listen_on)
         self._socket = listen(host, port, what="the HTTP hooks")
+        # Listening already: a hook that arrives while the service starts waits in the
+        # backlog for its answer instead of being refused, which the client takes as go-ahead.
+        self._socket.listen(128)
         bound_host, bound_port = self._socket.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         self.url = f"http://{shown}:{bound_port}"
@@ -109,14 +112,19 @@ class HookEndpoint:
         )
 
     async def stop(self) -> None:
+        """Answer the calls still waiting (blocked), then close the listener and NATS."""
+        if self.gateway is not None:
+            self.gateway.closing.set()
         if self._server is not None:
-            await self._server.stop()
+            await self._server.stop()  # graceful: the answers just given are sent
+            self._server = None
             (self.data_dir / datadir.HOOK_URL_FILE).unlink(missing_ok=True)
         else:
             self._socket.close()
         if self.gateway is not None:
-            await self.gateway.close()
-            nc = self.gateway.nc
+            gateway, self.gateway = self.gateway, None
+            await gateway.close()
+            nc = gateway.nc
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(nc.drain(), 5)
             if not nc.is_closed:
