@@ -320,13 +320,20 @@ async def test_claude_code_http_hook_on_serve_gates_a_shell_call_and_fails_open_
     finally:
         await serve.stop()
     # serve stopped: Claude Code takes the refused connection as "no hook ran" and falls back
-    # to its own permission rules — where those allow the shell, the call runs (fail open).
-    home, work, out = tmp_path / "down", tmp_path / "down" / "work", tmp_path / "down" / "out.txt"
-    work.mkdir(parents=True)
-    with FakeModel(f"echo hello >> {out}") as model:
-        _, env = claude(home, work, model.url, "unused")
-        http_hook_settings(home, hook_url)
-        env["HEADGATE_HOOK_TOKEN"] = token
-        result = await claude_p(home, work, env, "append hello to the file", "--allowedTools",
-                                "Bash")  # fmt: skip
-    assert out.read_text() == "hello\n", result
+    # to its own permission rules — where those allow the shell, the call runs (fail open);
+    # where they would ask, `claude -p` cannot ask and does not run it.
+    for allowed in (True, False):
+        home = tmp_path / f"down-{allowed}"
+        work, out = home / "work", home / "out.txt"
+        work.mkdir(parents=True)
+        with FakeModel(f"echo hello >> {out}") as model:
+            _, env = claude(home, work, model.url, "unused")
+            http_hook_settings(home, hook_url)
+            env["HEADGATE_HOOK_TOKEN"] = token
+            rules = ("--allowedTools", "Bash") if allowed else ()
+            result = await claude_p(home, work, env, "append hello to the file", *rules)
+        if allowed:
+            assert out.read_text() == "hello\n", result
+        else:
+            assert not out.exists(), result
+            assert result["permission_denials"], result
