@@ -101,7 +101,8 @@ def hook(
 
     Before a tool runs, the call becomes a proposal and the answer is Headgate's outcome in the
     shape that client honours: released → allow, blocked → deny with the reason (it reaches the
-    model), still pending after --wait → deny naming the request ("ask again later"). After a
+    model), still pending after --wait → deny naming the request ("ask again later"), or with
+    --on-pending defer a deferral (`claude -p` ends; `--resume` asks again). After a
     tool ran, it is reported as executed. It fails closed: bad input, no NATS, no service or any
     error blocks the call (exit 2, the reason on stderr) within --connect-timeout + --wait + a
     few seconds. `--print-config` prints what to paste into the client's settings.
