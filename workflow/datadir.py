@@ -11,6 +11,8 @@
 | `credentials/<role>.nk` | `serve` with an embedded server (mode 0600) | clients of that role |
 | `web.url` | `serve --web-port` | `headgate web invite` (the link's base) |
 | `notify.key` | `serve`, for webhooks without a secret of their own (0600) | webhook receivers |
+| `hook.token` | `serve --hook-listen` (0600): the HTTP hooks' bearer token | the agents' settings |
+| `hook.url` | `serve --hook-listen`: the HTTP hooks' address | `hook --print-config --http` |
 | `service.seed` | `serve` without `--service-seed` (0600): signs events, answers | `serve` |
 | `service.pub` | `serve` (the service key's public key) | the CLI, the SDKs, the web inbox |
 
@@ -44,6 +46,8 @@ DATABASE_FILE = "headgate.db"
 WEB_URL_FILE = "web.url"
 NOTIFY_KEY_FILE = "notify.key"
 SERVICE_SEED_FILE = "service.seed"
+HOOK_TOKEN_FILE = "hook.token"
+HOOK_URL_FILE = "hook.url"
 
 
 def sqlite_url(data_dir: Path) -> str:
@@ -118,6 +122,17 @@ def notify_key(data_dir: Path) -> tuple[bytes, Path]:
         with os.fdopen(fd, "w") as fh:
             fh.write(os.urandom(32).hex() + "\n")
     return path.read_text().strip().encode(), path
+
+
+def hook_token(data_dir: Path) -> tuple[str, Path]:
+    """The bearer token of the HTTP hooks (`serve --hook-listen`): created (32 random bytes,
+    hex, mode 0600) on first use."""
+    path = data_dir / HOOK_TOKEN_FILE
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(os.urandom(32).hex() + "\n")
+    return path.read_text().strip(), path
 
 
 def lock(data_dir: Path) -> int:

@@ -22,10 +22,11 @@ from workflow.adapters.calls import (
     Phase,
     default_agent,
     mcp_server,
+    pending_answer,
     proposal_base,
     proposal_id,
 )
-from workflow.adapters.hook import CLIENTS
+from workflow.adapters.hook import CLIENTS, options_for
 from workflow.messages import Proposal
 
 DATA = Path(__file__).parent.parent / "data" / "hooks"
@@ -257,6 +258,57 @@ def test_a_client_that_cannot_change_arguments_blocks_a_changed_release(
     assert "echo changed" in reply.stderr
 
 
+DEFER = pending_answer("rq_1", "hk-1", 20, "defer")
+
+
+def test_a_held_call_is_denied_naming_the_request_or_deferred_when_asked() -> None:
+    deny = pending_answer("rq_1", "hk-1", 20)
+    assert (deny.action, DEFER.action) == (Action.DENY, Action.DEFER)
+    assert "request rq_1" in deny.reason
+    assert deny.reason == DEFER.reason
+
+
+def test_claude_code_defers_a_pre_tool_use_and_blocks_a_permission_request() -> None:
+    reply = claude_code.render(claude_code.parse(CLAUDE), DEFER)
+    assert reply.code == 0
+    assert out(reply.stdout) == {"hookSpecificOutput": {
+        "hookEventName": "PreToolUse", "permissionDecision": "defer",
+        "permissionDecisionReason": DEFER.reason}}  # fmt: skip
+    asked = claude_code.parse({**CLAUDE, "hook_event_name": "PermissionRequest"})
+    blocked = claude_code.render(asked, DEFER)
+    assert (blocked.code, blocked.stderr) == (2, DEFER.reason + "\n")
+
+
+@pytest.mark.parametrize(
+    ("client", "event"),
+    [(codex.CLIENT, CODEX), (gemini.CLIENT, GEMINI), (cursor.CLIENT, CURSOR_SHELL)],
+)
+def test_a_client_that_cannot_defer_blocks_a_deferral(
+    client: Client, event: dict[str, Any]
+) -> None:
+    reply = client.render(before(client, event), DEFER)
+    assert reply.code == 2
+    assert DEFER.reason in reply.stderr
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+def test_on_pending_defer_is_refused_for_a_client_that_cannot_defer(client: str) -> None:
+    def options(on_pending: str) -> Any:
+        return options_for(
+            client, agent="a", workspace="default", wait=1, connect_timeout=1, nats_url=None,
+            data_dir=Path("/nonexistent"), prefix="headgate", on_pending=on_pending,
+        )  # fmt: skip
+
+    assert options("deny").on_pending == "deny"
+    with pytest.raises(ValueError, match="deny or defer"):
+        options("later")
+    if client == "claude-code":
+        assert options("defer").on_pending == "defer"
+    else:
+        with pytest.raises(ValueError, match=f"{client} cannot defer"):
+            options("defer")
+
+
 @pytest.mark.parametrize("client", sorted(CLIENTS))
 def test_after_and_other_events_answer_nothing(client: str) -> None:
     c = CLIENTS[client]
@@ -309,3 +361,82 @@ def test_print_config_names_the_command_and_a_timeout_in_the_clients_unit(client
     text = CLIENTS[client].config("/usr/bin/headgate hook x", 30)
     assert "/usr/bin/headgate hook x" in text
     assert ("30000" in text) if client == "gemini" else ("30" in text and "30000" not in text)
+
+
+# --------------------------------------------------------------------------- HTTP hooks
+
+DENY_BOTH = {"decision": "block", "reason": DENY.reason, "hookSpecificOutput": {
+    "hookEventName": "PreToolUse", "permissionDecision": "deny",
+    "permissionDecisionReason": DENY.reason}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("event", "answer", "body"),
+    [
+        (CLAUDE, DENY, DENY_BOTH),
+        (CLAUDE, ALLOW, {"hookSpecificOutput": {"hookEventName": "PreToolUse",
+         "permissionDecision": "allow", "permissionDecisionReason": ALLOW.reason}}),
+        (CLAUDE, DEFER, {"hookSpecificOutput": {"hookEventName": "PreToolUse",
+         "permissionDecision": "defer", "permissionDecisionReason": DEFER.reason}}),
+        ({**CLAUDE, "hook_event_name": "PermissionRequest"}, DENY, {"hookSpecificOutput": {
+         "hookEventName": "PermissionRequest",
+         "decision": {"behavior": "deny", "message": DENY.reason}}}),
+        ({**CLAUDE, "hook_event_name": "PermissionRequest"}, DEFER, {"hookSpecificOutput": {
+         "hookEventName": "PermissionRequest",
+         "decision": {"behavior": "deny", "message": DEFER.reason}}}),
+        ({**CLAUDE, "hook_event_name": "PostToolUse", "tool_response": {}},
+         Answer(Action.NEUTRAL), {}),
+    ],
+)  # fmt: skip
+def test_claude_codes_http_hook_answer_is_the_json_body_it_honours(
+    event: dict[str, Any], answer: Answer, body: dict[str, Any]
+) -> None:
+    assert claude_code.render_http(claude_code.parse(event), answer) == body
+
+
+def test_an_unparsed_request_is_denied_in_the_pre_tool_use_shape_too() -> None:
+    assert claude_code.render_http(HookCall("claude-code", "", Phase.BEFORE), DENY) == DENY_BOTH
+
+
+def test_only_claude_code_has_http_hooks() -> None:
+    with_http = {name for name, c in CLIENTS.items() if c.http_render and c.http_config}
+    assert with_http == {"claude-code"}
+    snippet = json.loads(claude_code.http_config("http://127.0.0.1:1/hooks/claude-code?agent=a",
+                                                 30, "TOKEN_VAR"))  # fmt: skip
+    (hook,) = snippet["hooks"]["PreToolUse"][0]["hooks"]
+    assert hook == {
+        "type": "http", "url": "http://127.0.0.1:1/hooks/claude-code?agent=a", "timeout": 30,
+        "headers": {"Authorization": "Bearer $TOKEN_VAR"}, "allowedEnvVars": ["TOKEN_VAR"],
+    }  # fmt: skip
+    assert snippet["hooks"]["PostToolUse"] == snippet["hooks"]["PreToolUse"]
+
+
+def test_print_config_http_points_at_the_url_serve_recorded_and_warns_it_fails_open(
+    tmp_path: Path,
+) -> None:
+    from typer.testing import CliRunner
+
+    from workflow.cli import app
+
+    def print_config(*extra: str) -> Any:
+        argv = ["hook", "claude-code", "--print-config", "--http", "--data-dir", str(tmp_path)]
+        return CliRunner().invoke(app, [*argv, *extra])
+
+    missing = print_config()
+    assert missing.exit_code != 0
+    assert "--hook-listen" in missing.output
+    (tmp_path / "hook.url").write_text("http://127.0.0.1:8788\n")
+    shown = print_config("--agent", "ci-bot", "--on-pending", "defer", "--wait", "30")
+    assert shown.exit_code == 0, shown.output
+    assert "fails open" in shown.output
+    assert f"HEADGATE_HOOK_TOKEN=$(cat {tmp_path / 'hook.token'})" in shown.output
+    snippet = json.loads(shown.output[shown.output.index("{") :])
+    (hook,) = snippet["hooks"]["PreToolUse"][0]["hooks"]
+    assert hook["url"] == (
+        "http://127.0.0.1:8788/hooks/claude-code?agent=ci-bot&wait=30&on_pending=defer"
+    )
+    assert hook["timeout"] > 30
+    refused = CliRunner().invoke(app, ["hook", "codex", "--print-config", "--http",
+                                       "--hook-url", "http://127.0.0.1:1"])  # fmt: skip
+    assert refused.exit_code != 0
+    assert "no HTTP hooks" in refused.output

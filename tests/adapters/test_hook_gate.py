@@ -211,3 +211,25 @@ async def test_a_session_event_needs_no_gateway() -> None:
     run = await hook("claude-code", {"hook_event_name": "Stop", "session_id": "s"}, None,
                      url="nats://127.0.0.1:1")  # fmt: skip
     assert (run.code, run.stdout, run.stderr) == (0, "", "")
+
+
+async def test_with_on_pending_defer_a_held_call_is_deferred_and_the_next_ask_binds_to_it(
+    nats_url: str, tmp_path: Path
+) -> None:
+    defer = ("--on-pending", "defer")
+    async with running_service(nats_url, tmp_path) as h:
+        pid = pid_of(WRITE)
+        first = await hook("claude-code", WRITE, h, url=nats_url, wait=0.5, extra=defer)
+        assert first.code == 0, first.stderr
+        out = first.json["hookSpecificOutput"]
+        assert out["permissionDecision"] == "defer"
+        request_id = (await h.service_history(pid))["request_id"]
+        assert request_id in out["permissionDecisionReason"]
+        # `claude -p --resume` asks again for the same call: the same request, now approved.
+        await approve(h, pid)
+        resumed = await hook("claude-code", WRITE, h, url=nats_url, wait=5, extra=defer)
+        assert resumed.json["hookSpecificOutput"]["permissionDecision"] == "allow"
+        assert len(h.observer.of("inbox")) == 1
+        # A failure is still a block, never a deferral.
+        down = await hook("claude-code", WRITE, None, url="nats://127.0.0.1:1", extra=defer)
+        assert (down.code, down.stdout) == (2, "")

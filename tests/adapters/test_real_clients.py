@@ -10,6 +10,7 @@ under CI.
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import os
 import shlex
@@ -23,6 +24,7 @@ import pytest
 from tests.adapters.fake_model import FakeModel
 from tests.service.helpers import Harness, decision, running_service, send_decision
 from workflow.adapters import claude_code, codex, gemini
+from workflow.client.approver import Approver
 
 pytestmark = pytest.mark.slow
 
@@ -42,11 +44,11 @@ def cli(name: str) -> Path:
     return path
 
 
-def hook_command(client: str, nats_url: str, prefix: str, wait: float) -> str:
+def hook_command(client: str, nats_url: str, prefix: str, wait: float, *extra: str) -> str:
     return shlex.join([
         sys.executable, "-m", "workflow", "hook", client, "--nats-url", nats_url,
         "--prefix", prefix, "--agent", AGENT, "--wait", f"{wait:g}", "--connect-timeout", "2",
-        "--data-dir", "/nonexistent-headgate-data",
+        "--data-dir", "/nonexistent-headgate-data", *extra,
     ])  # fmt: skip
 
 
@@ -166,3 +168,172 @@ async def test_with_headgate_stopped_the_shell_call_does_not_run(
     out, model, output = await drive(client, tmp_path, "nats://127.0.0.1:1", "headgate")
     assert not out.exists(), output
     assert model.sent_back("could not check this call"), output
+
+
+# --------------------------------------------------------------------------- claude -p: defer
+
+
+async def claude_p(home: Path, work: Path, env: dict[str, str], *args: str) -> dict[str, Any]:
+    """One `claude -p … --output-format json` run; its JSON result."""
+    environment = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", **env}
+    proc = await asyncio.create_subprocess_exec(
+        str(cli("claude")), "-p", *args, "--output-format", "json", cwd=work, env=environment,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 240)
+    assert proc.returncode == 0, (out, err)
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+async def decide_with_the_sdk(h: Harness, nats_url: str, verdict: str) -> None:
+    async with Approver.connect(
+        nats_url, name=getpass.getuser() or "local", key=h.key, prefix=h.subjects.prefix,
+        data_dir=h.data_dir,
+    ) as me:  # fmt: skip
+        inbox = me.inbox()
+        item = await asyncio.wait_for(inbox.__anext__(), 30)
+        await inbox.aclose()
+        if verdict == "approve":
+            await item.approve("fine")
+        else:
+            await item.reject(REASON)
+
+
+@pytest.mark.parametrize("verdict", ["approve", "reject"])
+async def test_claude_p_defers_a_held_call_and_the_resumed_run_gets_the_decision(
+    verdict: str, nats_url: str, tmp_path: Path
+) -> None:
+    home, work, out = tmp_path / "home", tmp_path / "work", tmp_path / "out.txt"
+    work.mkdir()
+    async with running_service(nats_url, tmp_path / "service") as h:
+        command = hook_command("claude-code", nats_url, h.subjects.prefix, 1, "--on-pending",
+                               "defer")  # fmt: skip
+        with FakeModel(f"echo hello >> {out}") as model:
+            _, env = claude(home, work, model.url, command)
+            first = await claude_p(home, work, env, "append hello to the file")
+            # Held past --wait: the run ends as deferred, the call has not run.
+            assert first["stop_reason"] == "tool_deferred", first
+            assert first["deferred_tool_use"]["name"] == "Bash"
+            assert not out.exists()
+            (held,) = h.observer.of("held")
+            await decide_with_the_sdk(h, nats_url, verdict)
+            resumed = await claude_p(home, work, env, "--resume", first["session_id"])
+            assert resumed["stop_reason"] == "end_turn", resumed
+            # The resumed call bound to the same request: nothing else was proposed.
+            assert len(h.observer.of("held")) == 1
+            if verdict == "approve":
+                assert out.read_text() == "hello\n"
+                (released,) = h.observer.of("released")
+                assert released["proposal_id"] == held["proposal_id"]
+                (executed,) = await h.observer.wait_for("executed", held["proposal_id"])
+                assert executed["success"] is True
+            else:
+                assert not out.exists()
+                assert model.sent_back(REASON)
+                assert len(h.observer.of("blocked")) == 1
+
+
+# --------------------------------------------------------------------------- HTTP hooks
+
+
+class Serve:
+    """A real `headgate serve --hook-listen` in its own data dir (embedded nats-server)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.data = root / ".headgate"
+        self.log = root / "serve.log"
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HEADGATE_")}
+        with self.log.open("w") as log:
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "workflow", "serve", "--hook-listen", "127.0.0.1:0",
+                "--data-dir", str(self.data), cwd=self.root, env=env, stdout=log, stderr=log,
+            )  # fmt: skip
+        for _ in range(600):
+            if "headgate ready" in self.log.read_text():
+                return
+            assert self.proc.returncode is None, self.log.read_text()
+            await asyncio.sleep(0.1)
+        raise AssertionError(self.log.read_text())
+
+    async def stop(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.terminate()
+            await asyncio.wait_for(self.proc.wait(), 30)
+
+    def url(self) -> str:
+        return (self.data / "hook.url").read_text().strip()
+
+    def token(self) -> str:
+        return (self.data / "hook.token").read_text().strip()
+
+
+def http_hook_settings(home: Path, hook_url: str) -> None:
+    url = f"{hook_url}/hooks/claude-code?agent={AGENT}&wait=30"
+    (home / ".claude").mkdir(parents=True, exist_ok=True)
+    (home / ".claude/settings.json").write_text(
+        claude_code.http_config(url, 40, "HEADGATE_HOOK_TOKEN")
+    )
+
+
+async def approver_decides(data: Path, verdict: str) -> None:
+    async with Approver.connect(
+        name=getpass.getuser() or "local", key=data / "approver.seed", data_dir=data
+    ) as me:
+        inbox = me.inbox()
+        item = await asyncio.wait_for(inbox.__anext__(), 60)
+        await inbox.aclose()
+        if verdict == "approve":
+            await item.approve("fine")
+        else:
+            await item.reject(REASON)
+
+
+async def test_claude_code_http_hook_on_serve_gates_a_shell_call_and_fails_open_without_it(
+    tmp_path: Path,
+) -> None:
+    serve = Serve(tmp_path)
+    await serve.start()
+    try:
+        hook_url, token = serve.url(), serve.token()
+        for verdict in ("reject", "approve"):
+            home, work, out = tmp_path / verdict, tmp_path / verdict / "work", tmp_path / verdict
+            work.mkdir(parents=True)
+            out = out / "out.txt"
+            with FakeModel(f"echo hello >> {out}") as model:
+                _, env = claude(home, work, model.url, "unused")
+                http_hook_settings(home, hook_url)
+                env["HEADGATE_HOOK_TOKEN"] = token
+                deciding = asyncio.create_task(approver_decides(serve.data, verdict))
+                result = await claude_p(home, work, env, "append hello to the file")
+                await asyncio.wait_for(deciding, 30)
+            if verdict == "reject":
+                assert not out.exists(), result
+                assert model.sent_back(REASON), result
+            else:
+                assert out.read_text() == "hello\n", result
+    finally:
+        await serve.stop()
+    # serve stopped: Claude Code takes the refused connection as "no hook ran" and falls back
+    # to its own permission rules — where those allow the shell, the call runs (fail open);
+    # where they would ask, `claude -p` cannot ask and does not run it.
+    for allowed in (True, False):
+        home = tmp_path / f"down-{allowed}"
+        work, out = home / "work", home / "out.txt"
+        work.mkdir(parents=True)
+        with FakeModel(f"echo hello >> {out}") as model:
+            _, env = claude(home, work, model.url, "unused")
+            http_hook_settings(home, hook_url)
+            env["HEADGATE_HOOK_TOKEN"] = token
+            rules = ("--allowedTools", "Bash") if allowed else ()
+            result = await claude_p(home, work, env, "append hello to the file", *rules)
+        if allowed:
+            assert out.read_text() == "hello\n", result
+        else:
+            assert not out.exists(), result
+            assert result["permission_denials"], result

@@ -10,7 +10,9 @@ from workflow.classify.taxonomy import RiskClass
 
 # A data dir not called `.headgate` (`serve --data-dir D`), named relative to a directory the
 # call does not state: only the files' own names say they are the service's.
-DATA_FILES = ["D/headgate.db", "state/headgate.db-wal", "D/headgate.db-shm", "D/notify.key"]
+DATA_FILES = [
+    "D/headgate.db", "state/headgate.db-wal", "D/headgate.db-shm", "D/notify.key", "D/hook.token",
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("path", DATA_FILES)

@@ -31,6 +31,17 @@ class Action(StrEnum):
     ALLOW = "allow"
     DENY = "deny"
     NEUTRAL = "neutral"  # no opinion: the client goes on as if no hook ran
+    #: Still held for a human: the client ends its run now and asks again when resumed
+    #: (Claude Code under `claude -p`); the call has not run. A client that cannot defer
+    #: treats it as a deny.
+    DEFER = "defer"
+
+
+class OnPending(StrEnum):
+    """What a hook answers for a call still held when its `--wait` is over."""
+
+    DENY = "deny"  # blocked for now, naming the request: the same call retried binds to it
+    DEFER = "defer"  # Claude Code under `claude -p`: the run ends, `--resume` asks again
 
 
 class HookInputError(ValueError):
@@ -97,6 +108,13 @@ class Client:
     config: Callable[[str, int], str]
     #: Where that snippet goes.
     config_file: str
+    #: Whether the client can defer a held call (`Action.DEFER`, `--on-pending defer`).
+    defers: bool = False
+    #: Clients with HTTP hooks: the JSON body that answers an event (`serve --hook-listen`).
+    http_render: Callable[[HookCall, Answer], dict[str, Any]] | None = None
+    #: And the settings snippet for an HTTP hook, given its URL, timeout in seconds and the
+    #: environment variable holding the bearer token.
+    http_config: Callable[[str, int, str], str] | None = None
 
 
 # --------------------------------------------------------------------------- reading input
@@ -216,6 +234,17 @@ def pending_reason(request_id: str | None, proposal: str, waited: float) -> str:
         f"{waited:g}s. It has not run. Ask again later: retrying exactly the same call picks "
         "up the decision, it does not open a second request."
     )
+
+
+def pending_answer(
+    request_id: str | None, proposal: str, waited: float, on_pending: str = OnPending.DENY
+) -> Answer:
+    """The answer for a call still held after `waited` seconds: a deny naming the request, or
+    (`on_pending="defer"`) a deferral with the same words."""
+    reason = pending_reason(request_id, proposal, waited)
+    if on_pending == OnPending.DEFER:
+        return Answer(Action.DEFER, reason)
+    return Answer(Action.DENY, reason)
 
 
 def blocked_reason(outcome: str, reason: str, request_id: str | None) -> str:

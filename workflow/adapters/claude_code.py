@@ -5,6 +5,13 @@ Measured with the real CLI (see the README): a `PreToolUse` answer
 prompt; exit 2 with the reason on stderr blocks it and the reason reaches the model as the
 tool's error. Claude Code ignores `{"decision": "deny"}`, and a hook that crashes or times out
 falls through to its own permission check, so every failure here must end in exit 2.
+
+A call still held can be deferred instead (`--on-pending defer`): `permissionDecision:
+"defer"` ends a `claude -p` run with `stop_reason: "tool_deferred"` (the call has not run),
+and `claude -p --resume <session>` asks this hook again for the same call, which binds to the
+same request. Measured with 2.1.197: a resumed run whose call is still held defers again
+without asking the model; approved, the call runs once; rejected, the reason reaches the model.
+With two deferred calls in one turn only the last is resumed; the other never runs.
 """
 
 from __future__ import annotations
@@ -70,7 +77,11 @@ def parse(event: Mapping[str, Any]) -> HookCall:
 
 
 def render(call: HookCall, answer: Answer) -> Reply:
-    if answer.action is Action.DENY:
+    if answer.action is Action.DEFER and call.event == "PreToolUse":
+        return Reply(stdout=as_json({"hookSpecificOutput": {
+            "hookEventName": "PreToolUse", "permissionDecision": "defer",
+            "permissionDecisionReason": answer.reason}}))  # fmt: skip
+    if answer.action in (Action.DENY, Action.DEFER):  # only PreToolUse can defer
         return block(answer.reason)
     if answer.action is Action.NEUTRAL or call.phase is not Phase.BEFORE:
         return Reply()
@@ -90,6 +101,28 @@ def render(call: HookCall, answer: Answer) -> Reply:
     return Reply(stdout=as_json({"hookSpecificOutput": out}))
 
 
+def render_http(call: HookCall, answer: Answer) -> dict[str, Any]:
+    """The answer to an HTTP hook: the body of a 200 (any other status, a timeout or a
+    connection failure, and Claude Code goes on as if no hook ran: it fails open)."""
+    defers = answer.action is Action.DEFER and call.event == "PreToolUse"
+    if answer.action in (Action.DENY, Action.DEFER) and not defers:
+        reason = answer.reason
+        if call.event == "PermissionRequest":
+            decision = {"behavior": "deny", "message": reason}
+            return {"hookSpecificOutput": {"hookEventName": call.event, "decision": decision}}
+        # Measured: either shape denies; `decision: block` also where the event is unknown.
+        body: dict[str, Any] = {"decision": "block", "reason": reason}
+        if call.event in ("PreToolUse", ""):
+            body["hookSpecificOutput"] = {
+                "hookEventName": "PreToolUse", "permissionDecision": "deny",
+                "permissionDecisionReason": reason,
+            }  # fmt: skip
+        return body
+    reply = render(call, answer)  # an allow, a deferral or nothing: the command hook's JSON
+    body = json.loads(reply.stdout) if reply.stdout else {}
+    return body
+
+
 def config(command: str, timeout: int) -> str:
     """For `~/.claude/settings.json` (timeout in seconds)."""
     hook = [{"type": "command", "command": command, "timeout": timeout}]
@@ -102,4 +135,23 @@ def config(command: str, timeout: int) -> str:
     )  # fmt: skip
 
 
-CLIENT = Client(NAME, parse, render, config, "~/.claude/settings.json")
+def http_config(url: str, timeout: int, token_env: str) -> str:
+    """An HTTP hook for `~/.claude/settings.json`: Claude Code fills `$VAR` in a header only
+    from the variables `allowedEnvVars` lists (any other becomes an empty string)."""
+    hook = [{
+        "type": "http", "url": url, "timeout": timeout,
+        "headers": {"Authorization": f"Bearer ${token_env}"}, "allowedEnvVars": [token_env],
+    }]  # fmt: skip
+    return json.dumps(
+        {"hooks": {
+            "PreToolUse": [{"matcher": "*", "hooks": hook}],
+            "PostToolUse": [{"matcher": "*", "hooks": hook}],
+        }},
+        indent=2,
+    )  # fmt: skip
+
+
+CLIENT = Client(
+    NAME, parse, render, config, "~/.claude/settings.json", defers=True,
+    http_render=render_http, http_config=http_config,
+)  # fmt: skip

@@ -54,7 +54,7 @@ def parse(event: Mapping[str, Any]) -> HookCall:
 
 
 def render(call: HookCall, answer: Answer) -> Reply:
-    if answer.action is Action.DENY:
+    if answer.action in (Action.DENY, Action.DEFER):  # it cannot defer
         return block(answer.reason)
     if answer.action is Action.ALLOW and answer.arguments is not None:
         # Codex cannot run a call with other arguments than it proposed: never run the

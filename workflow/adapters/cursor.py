@@ -10,6 +10,7 @@ Every event carries `conversation_id` (the session) and `workspace_roots`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from dataclasses import replace
@@ -41,6 +42,7 @@ EVENTS: dict[str, Phase] = {
     "afterShellExecution": Phase.AFTER,
     "afterMCPExecution": Phase.AFTER,
     "postToolUse": Phase.AFTER,
+    "postToolUseFailure": Phase.AFTER,
     # Edits have no "before" event in Cursor: they cannot be gated, only seen afterwards.
     "afterFileEdit": Phase.OTHER,
     "beforeSubmitPrompt": Phase.OTHER,
@@ -99,8 +101,12 @@ def parse(event: Mapping[str, Any]) -> HookCall:
     call = replace(call, tool=tool, arguments=_arguments(name, event))
     if phase is Phase.AFTER:
         response = event.get("output", event.get("result_json", event.get("tool_output")))
+        if isinstance(response, str) and response.lstrip().startswith("{"):
+            with contextlib.suppress(json.JSONDecodeError):  # `result_json` is a JSON string
+                response = json.loads(response)
         ok, summary = result_summary(response)
-        return replace(call, succeeded=ok, summary=summary)
+        failed = name == "postToolUseFailure"
+        return replace(call, succeeded=ok and not failed, summary=summary)
     return call
 
 
@@ -111,7 +117,7 @@ def render(call: HookCall, answer: Answer) -> Reply:
             "Headgate released this call with changed arguments, which Cursor cannot apply; "
             f"make the call again with these arguments: {answer.arguments}",
         )
-    if answer.action is Action.DENY:
+    if answer.action in (Action.DENY, Action.DEFER):  # it cannot defer
         body = {"permission": "deny", "user_message": answer.reason,
                 "agent_message": answer.reason}  # fmt: skip
         return Reply(stdout=as_json(body), stderr=answer.reason + "\n", code=BLOCK)

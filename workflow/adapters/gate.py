@@ -24,7 +24,7 @@ from workflow.adapters.calls import (
     HookCall,
     Phase,
     blocked_reason,
-    pending_reason,
+    pending_answer,
     proposal_base,
     proposal_id,
 )
@@ -55,7 +55,7 @@ async def decide(call: HookCall, options: GateOptions) -> Answer:
         if call.phase is Phase.AFTER:
             await report(hg, call)
             return NEUTRAL
-        return (await gate(hg, call, options.wait)).answer
+        return (await gate(hg, call, options.wait, on_pending=options.on_pending)).answer
 
 
 #: Called while a call waits for its decision: (seconds waited, the request id if held).
@@ -74,11 +74,12 @@ class Gated:
 async def gate(
     hg: Headgate, call: HookCall, wait: float, *, definition: ToolDefinition | None = None,
     progress: Progress | None = None, every: float = 5.0,
-    on_proposal: Callable[[str], None] | None = None,
+    on_proposal: Callable[[str], None] | None = None, on_pending: str = "deny",
 ) -> Gated:  # fmt: skip
     """Propose the call (or find the proposal an earlier attempt made) and wait up to `wait`
     seconds for its outcome, calling `progress` every `every` seconds meanwhile, and
-    `on_proposal` with the proposal's id as soon as it is known."""
+    `on_proposal` with the proposal's id as soon as it is known. Still held after `wait`:
+    a deny naming the request, or a deferral (`on_pending="defer"`)."""
     base = proposal_base(call, hg.agent, hg.workspace)
     generation, found = await current(hg, base)
     if found is not None and _spent(found):
@@ -90,7 +91,7 @@ async def gate(
         ticket = await hg.ticket(pid)
     else:
         ticket = await _propose(hg, call, pid, definition)
-    return await _outcome(ticket, call, wait, progress, every)
+    return await _outcome(ticket, call, wait, progress, every, on_pending)
 
 
 async def current(hg: Headgate, base: str) -> tuple[int, ProposalHistory | None]:
@@ -161,12 +162,13 @@ async def _wait(
 
 
 async def _outcome(
-    ticket: Ticket, call: HookCall, wait: float, progress: Progress | None, every: float
-) -> Gated:
+    ticket: Ticket, call: HookCall, wait: float, progress: Progress | None, every: float,
+    on_pending: str,
+) -> Gated:  # fmt: skip
     pid = ticket.proposal_id
     outcome = await _wait(ticket, wait, progress, every)
     if outcome is None:
-        return Gated(Answer(Action.DENY, pending_reason(ticket.request_id, pid, wait)), pid)
+        return Gated(pending_answer(ticket.request_id, pid, wait, on_pending), pid)
     if isinstance(outcome, Blocked):
         reason = blocked_reason(outcome.outcome, outcome.reason, outcome.request_id)
         return Gated(Answer(Action.DENY, reason), pid)

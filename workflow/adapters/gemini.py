@@ -66,7 +66,7 @@ def parse(event: Mapping[str, Any]) -> HookCall:
 
 
 def render(call: HookCall, answer: Answer) -> Reply:
-    if answer.action is Action.DENY:
+    if answer.action in (Action.DENY, Action.DEFER):  # it cannot defer
         return block(answer.reason)
     if answer.action is Action.NEUTRAL or call.phase is not Phase.BEFORE:
         return Reply()

@@ -156,18 +156,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--nats-url", default=env("HEADGATE_NATS_URL"))
     p.add_argument("--data-dir", type=Path, default=Path(env("HEADGATE_DATA_DIR") or ".headgate"))
     p.add_argument("--prefix", default=env("HEADGATE_PREFIX") or "headgate")
+    p.add_argument("--on-pending", default="deny")
     return p
 
 
 def options_for(
     client: str, *, agent: str | None, workspace: str, wait: float, connect_timeout: float,
-    nats_url: str | None, data_dir: Path, prefix: str,
+    nats_url: str | None, data_dir: Path, prefix: str, on_pending: str = "deny",
 ) -> GateOptions:  # fmt: skip
     """The hook's options; one place for both command lines."""
-    from workflow.adapters.calls import default_agent
+    from workflow.adapters.calls import OnPending, default_agent
 
     if wait < 0 or connect_timeout <= 0:
         raise ValueError("--wait must be >= 0 and --connect-timeout > 0")
+    if on_pending not in tuple(OnPending):
+        raise ValueError(f"--on-pending must be deny or defer, not {on_pending!r}")
+    if on_pending == OnPending.DEFER and not CLIENTS[client].defers:
+        able = ", ".join(c.name for c in CLIENTS.values() if c.defers)
+        raise ValueError(
+            f"--on-pending defer: {client} cannot defer a call (only {able}, under its "
+            "non-interactive mode); use --on-pending deny"
+        )
     try:
         user: str | None = getpass.getuser()
     except Exception:
@@ -175,7 +184,7 @@ def options_for(
     return GateOptions(
         agent=agent or default_agent(client, user), workspace=workspace, wait=wait,
         connect_timeout=connect_timeout, prefix=prefix, nats_url=nats_url or None,
-        data_dir=data_dir.absolute(),
+        data_dir=data_dir.absolute(), on_pending=str(on_pending),
     )  # fmt: skip
 
 
@@ -186,7 +195,7 @@ def main(argv: list[str]) -> int:
         options = options_for(
             args.client, agent=args.agent, workspace=args.workspace, wait=args.wait,
             connect_timeout=args.connect_timeout, nats_url=args.nats_url,
-            data_dir=args.data_dir, prefix=args.prefix,
+            data_dir=args.data_dir, prefix=args.prefix, on_pending=args.on_pending,
         )  # fmt: skip
     except ValueError as exc:
         sys.stderr.write(f"headgate hook: {exc}\n")

@@ -16,3 +16,5 @@ class GateOptions:
     prefix: str = "headgate"
     nats_url: str | None = None
     data_dir: Path | None = None
+    #: The answer for a call still held after `wait`: "deny" or "defer" (`calls.OnPending`).
+    on_pending: str = "deny"

@@ -38,10 +38,12 @@ SERVICE_SECRETS: tuple[str, ...] = (
     "**/*.nk",
     "**/*.creds",
     # The data dir's files by name, whatever the dir is called (a relative path in a call
-    # without a cwd cannot be placed in it): the database and the webhook signing key.
+    # without a cwd cannot be placed in it): the database, the webhook signing key and the
+    # HTTP hooks' bearer token.
     "**/headgate.db",
     "**/headgate.db-*",
     "**/notify.key",
+    "**/hook.token",
     "/var/lib/headgate/**",
     "/etc/headgate/**",
 )

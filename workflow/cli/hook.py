@@ -63,6 +63,15 @@ def hook(
     nats_url: NatsUrl = None,
     data_dir: DataDir = DEFAULT_DATA_DIR,
     prefix: Prefix = "headgate",
+    on_pending: Annotated[
+        str,
+        typer.Option(
+            "--on-pending",
+            help="The answer for a call still pending after --wait: deny (names the request; "
+            "the same call retried binds to it) or defer (claude-code under `claude -p` only: "
+            "the run ends as deferred and `claude -p --resume SESSION` asks again).",
+        ),
+    ] = "deny",
     print_config: Annotated[
         bool,
         typer.Option(
@@ -71,22 +80,46 @@ def hook(
             "and exit.",
         ),
     ] = False,
+    http: Annotated[
+        bool,
+        typer.Option(
+            "--http",
+            help="With --print-config: an HTTP hook against `serve --hook-listen` instead of "
+            "the command (claude-code only). It fails open: with serve down, calls go ahead.",
+        ),
+    ] = False,
+    hook_url: Annotated[
+        str | None,
+        typer.Option(
+            "--hook-url",
+            help="With --http: the HTTP hooks' address, e.g. http://127.0.0.1:8788. Default: "
+            "the one `serve --hook-listen` recorded in the data dir (hook.url).",
+        ),
+    ] = None,
 ) -> None:
     """Answer one hook event of a coding agent (the client's JSON on stdin).
 
     Before a tool runs, the call becomes a proposal and the answer is Headgate's outcome in the
     shape that client honours: released → allow, blocked → deny with the reason (it reaches the
-    model), still pending after --wait → deny naming the request ("ask again later"). After a
+    model), still pending after --wait → deny naming the request ("ask again later"), or with
+    --on-pending defer a deferral (`claude -p` ends; `--resume` asks again). After a
     tool ran, it is reported as executed. It fails closed: bad input, no NATS, no service or any
     error blocks the call (exit 2, the reason on stderr) within --connect-timeout + --wait + a
     few seconds. `--print-config` prints what to paste into the client's settings.
     """
     from workflow.adapters.hook import options_for
 
-    options = options_for(
-        client, agent=agent, workspace=workspace, wait=wait, connect_timeout=connect_timeout,
-        nats_url=nats_url, data_dir=data_dir, prefix=prefix,
-    )  # fmt: skip
+    try:
+        options = options_for(
+            client, agent=agent, workspace=workspace, wait=wait,
+            connect_timeout=connect_timeout, nats_url=nats_url, data_dir=data_dir,
+            prefix=prefix, on_pending=on_pending,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    if print_config and http:
+        sys.stdout.write(_http_snippet(client, options, hook_url))
+        raise typer.Exit(0)
     if print_config:
         from workflow.adapters.hook import CLIENTS
         from workflow.adapters.hook import print_config as snippet
@@ -97,6 +130,47 @@ def hook(
     from workflow.adapters.hook import run
 
     raise typer.Exit(run(client, options))
+
+
+#: The variable the HTTP hook's Authorization header is filled from.
+TOKEN_ENV = "HEADGATE_HOOK_TOKEN"
+
+
+def _http_snippet(client: str, options: GateOptions, hook_url: str | None) -> str:
+    from urllib.parse import urlencode
+
+    from workflow import datadir
+    from workflow.adapters.hook import CLIENTS, client_timeout
+
+    config = CLIENTS[client].http_config
+    if config is None:
+        raise typer.BadParameter(f"{client} has no HTTP hooks: use the command hook")
+    data_dir = options.data_dir or Path(DEFAULT_DATA_DIR)
+    if hook_url is None:
+        try:
+            hook_url = (data_dir / datadir.HOOK_URL_FILE).read_text().strip()
+        except OSError:
+            raise typer.BadParameter(
+                f"no {datadir.HOOK_URL_FILE} in {data_dir}: start `headgate serve --hook-listen "
+                "127.0.0.1:8788` first, or pass --hook-url"
+            ) from None
+    query = {"agent": options.agent}
+    if options.workspace != "default":
+        query["workspace"] = options.workspace
+    query["wait"] = f"{options.wait:g}"
+    if options.on_pending != "deny":
+        query["on_pending"] = options.on_pending
+    url = f"{hook_url.rstrip('/')}/hooks/{client}?{urlencode(query)}"
+    token = data_dir / datadir.HOOK_TOKEN_FILE
+    return (
+        f"# {CLIENTS[client].config_file}\n"
+        "# WARNING: an HTTP hook fails open. When serve is down, unreachable, slow or answers\n"
+        f"# with an error, {client} goes on as if no hook ran and the call goes ahead (under\n"
+        "# its own permission rules). The command hook (--print-config without --http) blocks\n"
+        "# then: it stays the safe default.\n"
+        f"# The agent's environment needs the token: export {TOKEN_ENV}=$(cat {token})\n"
+        f"{config(url, client_timeout(options), TOKEN_ENV)}\n"
+    )
 
 
 def _command(client: str, options: GateOptions, agent: str | None, nats_url: str | None) -> str:
@@ -113,6 +187,8 @@ def _command(client: str, options: GateOptions, agent: str | None, nats_url: str
         argv += ["--data-dir", str(options.data_dir)]
     if options.prefix != "headgate":
         argv += ["--prefix", options.prefix]
+    if options.on_pending != "deny":
+        argv += ["--on-pending", options.on_pending]
     return shlex.join(argv)
 
 

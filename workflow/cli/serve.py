@@ -170,6 +170,17 @@ def serve(
         Path | None,
         typer.Option("--web-key", envvar="HEADGATE_WEB_KEY", help="TLS private key (PEM)."),
     ] = None,
+    hook_listen: Annotated[
+        str | None,
+        typer.Option(
+            "--hook-listen",
+            envvar="HEADGATE_HOOK_LISTEN",
+            help="Serve the agents' HTTP hooks (POST /hooks/claude-code) on HOST:PORT, e.g. "
+            "127.0.0.1:8788; bearer token in the data dir's hook.token. Off by default: an "
+            "HTTP hook fails open in Claude Code (serve down = the call goes ahead), so the "
+            "command hook stays the safe default.",
+        ),
+    ] = None,
     notify: Annotated[
         str | None,
         typer.Option(
@@ -224,6 +235,7 @@ def serve(
         web_cert=web_cert,
         web_key=web_key,
         notify_url=notify,
+        hook_listen=hook_listen,
         service_seed=service_seed,
     )
 

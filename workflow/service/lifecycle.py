@@ -10,6 +10,7 @@ import os
 import signal
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from faststream.nats import NatsBroker
 from faststream.nats.security import NatsCredentials, NatsNKey, NatsUserPassword
@@ -47,6 +48,9 @@ from workflow.signing import ServiceKey
 from workflow.store.engine import in_memory_sqlite
 from workflow.store.repo import Store
 from workflow.subjects import Subjects
+
+if TYPE_CHECKING:  # loaded only when `--hook-listen` serves them
+    from workflow.service.hook_endpoint import HookEndpoint
 
 log = logging.getLogger("headgate")
 
@@ -132,6 +136,7 @@ class Service:
         self._reload: asyncio.Future[bool] | None = None
         self._access_seed: Path | None = None
         self.outreach: Outreach | None = None
+        self.hooks: HookEndpoint | None = None
         #: The nkey seed the service's connections authenticate with (None: none).
         self._nkey: str | None = None
 
@@ -163,6 +168,8 @@ class Service:
         except BaseException:
             if self.health is not None:
                 await self.health.stop()
+            if self.hooks is not None:
+                await self.hooks.stop()
             self._unlock_data_dir()
             raise
 
@@ -185,6 +192,7 @@ class Service:
         if s.metrics_port is not None:  # first: a taken port stops the start before anything
             self.health = HealthServer(None, self.readiness, s.metrics_host, s.metrics_port)
             await self.health.start()
+        self._bind_hooks()  # early too: a taken port stops the start before anything
         nkey = s.nats_nkey
         if s.nats_url:
             self.url = s.nats_url
@@ -261,6 +269,7 @@ class Service:
             self.supervisor.start("policy watcher", lambda _: self._watch_policy())
         if not s.intake_worker:
             await self._start_broker(js, consumers["auditor"])
+            await self._start_hooks(signer)
             if s.intake_processes > 1:
                 self.workers = IntakeWorkers(
                     [self._worker_options(i) for i in range(s.intake_processes - 1)],
@@ -282,6 +291,20 @@ class Service:
             s.policy_path or "default",
             policy.revision,
         )
+
+    def _bind_hooks(self) -> None:
+        s = self.settings
+        if s.hook_listen is not None and not s.intake_worker:
+            from workflow.service.hook_endpoint import HookEndpoint
+
+            self.hooks = HookEndpoint(s.hook_listen, s.data_dir)
+
+    async def _start_hooks(self, signer: ServiceKey) -> None:
+        """The HTTP hooks, on a NATS connection of their own (the agents' traffic)."""
+        if self.hooks is None:
+            return
+        nc = await connect_nats(self.settings, self.url, name="headgate-hooks", nkey=self._nkey)
+        await self.hooks.start(nc, prefix=self.subjects.prefix, service_key=signer.public_key)
 
     async def _start_outreach(self, ctx: ServiceContext) -> None:
         """The web inbox, the notifier and the escalator; on failure nothing is left open."""
@@ -466,6 +489,8 @@ class Service:
         """Stop taking new messages, let in-flight batches finish, then close everything."""
         self.ready = False
         self.stopping.set()
+        if self.hooks is not None:
+            await self.hooks.stop()
         if self.workers is not None:
             await self.workers.stop()
         if self.health is not None:

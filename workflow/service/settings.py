@@ -58,6 +58,8 @@ class Settings:
     web_url: str | None = None
     web_cert: Path | None = None
     web_key: Path | None = None
+    #: The agents' HTTP hooks: served on this HOST:PORT when set (`serve --hook-listen`).
+    hook_listen: str | None = None
     #: One more notification channel that gets every event (`serve --notify URL`).
     notify_url: str | None = None
     #: The seed (an nkeys server seed, SN…) the service signs its events and answers with;

@@ -11,6 +11,7 @@ import ssl
 from pathlib import Path
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from workflow.errors import ConfigError
 from workflow.web.app import WebInbox
@@ -25,8 +26,8 @@ def default_url(host: str, port: int, tls: bool) -> str:
     return f"{'https' if tls else 'http'}://{name}:{port}"
 
 
-def listen(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
-    """Bind the inbox's socket first, so its URL (with the port, when 0 asked for a free one)
+def listen(host: str = "127.0.0.1", port: int = 0, what: str = "the web inbox") -> socket.socket:
+    """Bind the server's socket first, so its URL (with the port, when 0 asked for a free one)
     is known before the application is built."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -35,7 +36,7 @@ def listen(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port} for the web inbox: {exc}") from exc
+        raise ConfigError(f"cannot listen on {host}:{port} for {what}: {exc}") from exc
     return sock
 
 
@@ -53,22 +54,25 @@ def check_tls(cert: Path | None, key: Path | None) -> None:
             raise ConfigError(f"cannot use the certificate and key: {exc}") from exc
 
 
-class WebServer:
+class AppServer:
+    """An ASGI application served by uvicorn on the service's event loop, on a bound socket."""
+
     def __init__(
         self,
-        inbox: WebInbox,
+        app: ASGIApp,
         sock: socket.socket,
         *,
+        what: str,
         cert: Path | None = None,
         key: Path | None = None,
     ):
         check_tls(cert, key)
-        self.inbox = inbox
+        self.what = what
         self._socket = sock
         self.host, self.port = sock.getsockname()[:2]
         self._server = uvicorn.Server(
             uvicorn.Config(
-                inbox.app, log_config=None, access_log=False, lifespan="on",
+                app, log_config=None, access_log=False, lifespan="on",
                 ssl_certfile=str(cert) if cert else None, ssl_keyfile=str(key) if key else None,
                 timeout_graceful_shutdown=3, proxy_headers=False,
             )
@@ -82,15 +86,34 @@ class WebServer:
         while not self._server.started:
             if self._task.done():
                 await self._task  # raises what stopped it
-                raise ConfigError("the web inbox stopped while starting")
+                raise ConfigError(f"{self.what} stopped while starting")
             await asyncio.sleep(0.01)
-        url = self.inbox.settings.url
-        log.info("web inbox on %s (listening on %s:%d)", url, self.host, self.port)
 
     async def stop(self) -> None:
-        await self.inbox.feed.stop()  # ends the live streams, so the server can close them
         self._server.should_exit = True
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._task, 10)
         self._socket.close()
+
+
+class WebServer(AppServer):
+    def __init__(
+        self,
+        inbox: WebInbox,
+        sock: socket.socket,
+        *,
+        cert: Path | None = None,
+        key: Path | None = None,
+    ):
+        super().__init__(inbox.app, sock, what="the web inbox", cert=cert, key=key)
+        self.inbox = inbox
+
+    async def start(self) -> None:
+        await super().start()
+        url = self.inbox.settings.url
+        log.info("web inbox on %s (listening on %s:%d)", url, self.host, self.port)
+
+    async def stop(self) -> None:
+        await self.inbox.feed.stop()  # ends the live streams, so the server can close them
+        await super().stop()
