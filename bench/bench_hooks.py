@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: What a hook process imports for a tool call (its parser, the SDK, nats-py, the wire models).
-IMPORTS = "import workflow.launch, workflow.adapters.hook, workflow.adapters.gate"
+#: What a hook process imports for a tool call (its parser, the light NATS client, the keys).
+IMPORTS = "import workflow.launch, workflow.adapters.hook, workflow.adapters.lite"
 
 
 def headgate() -> str:

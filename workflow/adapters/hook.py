@@ -11,7 +11,6 @@ same answer should the event loop itself get stuck.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import json
 import os
@@ -82,10 +81,9 @@ def answer(client: Client, raw: str, options: GateOptions) -> Reply:
         call = _parse(client, raw)
         if call.phase is Phase.OTHER:
             return client.render(call, Answer(Action.NEUTRAL))
-        from workflow.adapters.gate import decide  # the SDK and NATS: only for a tool call
+        from workflow.adapters.lite import decide  # NATS and the keys: only for a tool call
 
-        decided = asyncio.run(asyncio.wait_for(decide(call, options), budget(options)))
-        return client.render(call, decided)
+        return client.render(call, decide(call, options, budget(options)))
     except Exception as exc:
         if call is not None and call.phase is Phase.AFTER:
             return Reply(stderr=f"Headgate could not record that the call ran: {_describe(exc)}\n",
