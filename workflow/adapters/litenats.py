@@ -177,8 +177,14 @@ class Connection:
         headers: Mapping[str, str] | None = None,
     ) -> None:  # fmt: skip
         to = f"{subject} {reply}" if reply else subject
+        head = encode_headers(headers) if headers else b""
+        limit = self.info.get("max_payload")
+        if isinstance(limit, int) and len(head) + len(data) > limit:
+            raise NatsError(
+                f"the message on {subject} ({len(head) + len(data)} bytes) is larger than the "
+                f"server's limit of {limit} bytes"
+            )
         if headers:
-            head = encode_headers(headers)
             line = f"HPUB {to} {len(head)} {len(head) + len(data)}\r\n".encode()
             self._send(line + head + data + _CRLF)
         else:
