@@ -294,3 +294,9 @@ async def _reject(service: Service, data: Path, pid: str) -> None:
 def test_accounts_config_is_what_the_fallback_test_edits() -> None:
     text = accounts_config({r: "U" + "A" * 55 for r in Role}, Subjects("hg"))
     assert '"hg.held.*", "hg.released.*", "hg.blocked.*"' in text
+
+
+def test_an_agent_name_that_is_no_subject_token_blocks_before_anything_is_sent() -> None:
+    opts = GateOptions(agent="a b", nats_url="nats://127.0.0.1:1", data_dir=NO_DATA)
+    with pytest.raises(ValueError, match="agent name 'a b' is not a valid subject token"):
+        lite.decide(claude_code.parse(READ), opts, 5)

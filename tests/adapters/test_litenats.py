@@ -22,6 +22,7 @@ from workflow.adapters.litenats import (
     NatsPermissionError,
     NatsTimeout,
     NoResponders,
+    _server,
     auth_options,
     connect,
     decode_headers,
@@ -280,3 +281,23 @@ def test_a_connection_is_plain_text_by_default(nats_url: str) -> None:
     with connect(NatsTarget(nats_url), name="t", timeout=5) as conn:
         assert isinstance(conn, Connection)
         assert not hasattr(conn.sock, "cipher")
+
+
+@pytest.mark.parametrize(
+    ("url", "parsed"),
+    [
+        ("nats://127.0.0.1:4333", ("127.0.0.1", 4333, False, None, None)),
+        ("tls://nats.example.com", ("nats.example.com", 4222, True, None, None)),
+        ("localhost:5000", ("localhost", 5000, False, None, None)),
+        ("nats://bob:p%40ss%3Aword@h:1", ("h", 1, False, "bob", "p@ss:word")),
+        ("nats://t0ken@h:2", ("h", 2, False, "t0ken", None)),
+        ("nats://[::1]:4222", ("::1", 4222, False, None, None)),
+    ],
+)
+def test_server_urls(url: str, parsed: tuple[object, ...]) -> None:
+    assert _server(url) == parsed
+
+
+def test_an_unknown_scheme_is_refused() -> None:
+    with pytest.raises(NatsError, match="unsupported NATS URL scheme 'ws'"):
+        _server("ws://h:1")

@@ -11,7 +11,6 @@ same answer should the event loop itself get stuck.
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
 import signal
@@ -166,12 +165,16 @@ def options_for(
 
     if wait < 0 or connect_timeout <= 0:
         raise ValueError("--wait must be >= 0 and --connect-timeout > 0")
-    try:
-        user: str | None = getpass.getuser()
-    except Exception:
-        user = None
+    if not agent:
+        import getpass  # only for the default agent name
+
+        try:
+            user: str | None = getpass.getuser()
+        except Exception:
+            user = None
+        agent = default_agent(client, user)
     return GateOptions(
-        agent=agent or default_agent(client, user), workspace=workspace, wait=wait,
+        agent=agent, workspace=workspace, wait=wait,
         connect_timeout=connect_timeout, prefix=prefix, nats_url=nats_url or None,
         data_dir=data_dir.absolute(),
     )  # fmt: skip

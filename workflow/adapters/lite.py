@@ -565,6 +565,9 @@ def decide(call: HookCall, options: GateOptions, budget: float) -> Answer:
     reported, for an `after`): `workflow.adapters.gate.decide` without the SDK."""
     if call.phase is Phase.OTHER:
         return NEUTRAL
+    for what, value in (("agent", options.agent), ("workspace", options.workspace)):
+        if not _TOKEN.match(value):  # it goes into subjects: letters, digits, - and _ only
+            raise ValueError(f"the {what} name {value!r} is not a valid subject token")
     deadline = time.monotonic() + budget
     target = resolve_nats(options.nats_url, role=Role.AGENT, data_dir=options.data_dir)
     key = pinned_key(data_dir=options.data_dir)
