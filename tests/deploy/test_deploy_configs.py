@@ -438,6 +438,16 @@ async def test_a_coding_agents_hook_is_gated_through_the_deploy_accounts(
     ))  # fmt: skip
     await service.start()
     try:
+        # The service answers on the status subject once its API has subscribed.
+        agent = await nats.connect(single_server.url, user=AGENT, inbox_prefix=f"_INBOX.{AGENT}",
+                                   password=f"{AGENT}-dev-password")  # fmt: skip
+        for _ in range(100):
+            try:
+                await agent.request(f"headgate.api.status.{AGENT}", b"{}", timeout=1)
+                break
+            except nats.errors.NoRespondersError:
+                await asyncio.sleep(0.05)
+        await agent.close()
         monkeypatch.setenv("HEADGATE_NATS_USER", AGENT)
         monkeypatch.setenv("HEADGATE_NATS_PASSWORD", f"{AGENT}-dev-password")
         read = claude_code.parse({
