@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.errors
 import pytest
 from nats.aio.msg import Msg
 
@@ -57,6 +58,20 @@ async def light(call: HookCall, opts: GateOptions, budget: float = 30.0) -> Answ
     return await asyncio.to_thread(lite.decide, call, opts, budget)
 
 
+async def api_ready(url: str, subjects: Subjects, **auth: Any) -> None:
+    """Wait until the service answers on the agent's status subject (its API subscribed)."""
+    nc = await nats.connect(url, **auth)
+    try:
+        for _ in range(200):
+            try:
+                await nc.request(subjects.api_status(AGENT), b'{"id": "x"}', timeout=2)
+                return
+            except nats.errors.NoRespondersError:
+                await asyncio.sleep(0.05)
+    finally:
+        await nc.close()
+
+
 def mcp_call(session: str) -> HookCall:
     """An MCP call (held: an unknown tool) with arguments of every JSON kind."""
     return HookCall(
@@ -94,6 +109,7 @@ async def test_the_light_path_proposes_and_reports_exactly_what_the_sdk_does(
         await h.nc.subscribe(h.subjects.proposals(AGENT), cb=seen.on)
         reports = Capture()
         await h.nc.subscribe(h.subjects.executed(AGENT), cb=reports.on)
+        await api_ready(nats_url, h.subjects)
         opts = options(h, nats_url, wait=0.3)
         sdk = await gate.decide(mcp_call("sdk-session"), opts)
         ours = await light(mcp_call("lite-session"), opts)
@@ -216,6 +232,8 @@ async def test_the_embedded_servers_agent_credentials_and_service_key_from_the_d
     embedded: Service,
 ) -> None:
     data = embedded.settings.data_dir
+    await api_ready(embedded.url, embedded.subjects, inbox_prefix="_INBOX.agent",
+                    nkeys_seed=str(credentials_file(data, Role.AGENT)))  # fmt: skip
     opts = GateOptions(agent=AGENT, prefix=embedded.subjects.prefix, data_dir=data, wait=2)
     read = claude_code.parse(READ)
     answer = await light(read, opts)
@@ -247,6 +265,8 @@ async def test_where_results_may_not_be_subscribed_a_results_consumer_is_used(
                                nats_nkey=str(credentials_file(data, Role.SERVICE))))  # fmt: skip
     await service.start()
     try:
+        await api_ready(server.url, subjects, inbox_prefix="_INBOX.agent",
+                        nkeys_seed=str(credentials_file(data, Role.AGENT)))  # fmt: skip
         opts = GateOptions(agent=AGENT, prefix=prefix, nats_url=server.url, data_dir=data,
                            wait=10)  # fmt: skip
         assert (await light(claude_code.parse(READ), opts)).action == Action.ALLOW
