@@ -5,7 +5,8 @@ call run in every one of them. So this never raises and never hangs: whatever go
 before Headgate has answered (bad input, no NATS, no service, an exception, the time budget
 spent) ends in the client's blocking answer — exit 2 with the reason on stderr — within
 `connect_timeout + wait` seconds and a small margin, and a timer kills the process with the
-same answer should the event loop itself get stuck.
+same answer should anything get stuck. A tool call goes through the light path
+(`workflow.adapters.lite`: no asyncio, nats-py or pydantic), the rest needs no I/O at all.
 """
 
 from __future__ import annotations
