@@ -308,9 +308,12 @@ class Session:
                     timeout=max(min(2.0, left), 0.1),
                 )  # fmt: skip
                 ack = json.loads(msg.data)
-                error = ack.get("error") if isinstance(ack, dict) else None
+                if not isinstance(ack, dict):
+                    raise ConnectError(f"JetStream's answer to the publish on {subject} is no ack")
+                error = ack.get("error")
                 if not error:
                     return bool(ack.get("duplicate"))
+                error = error if isinstance(error, dict) else {"description": error}
                 problem: Exception = NatsError(str(error.get("description") or error))
                 if error.get("code") != 503:
                     raise ConnectError(f"JetStream refused the publish on {subject}: {problem}")
