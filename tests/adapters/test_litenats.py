@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import socket
 import subprocess
@@ -196,6 +197,67 @@ def test_a_creds_file_sends_its_jwt_and_signs_the_nonce_with_its_seed(tmp_path: 
     assert raw_key is not None
     key = nacl.signing.VerifyKey(raw_key)
     key.verify(b"n0nce", raw)  # raises unless signed by the creds file's seed
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _jwt(claims: dict[str, object], signer: nkeys.KeyPair) -> str:
+    """A NATS JWT (ed25519-nkey) with these claims, signed by `signer`."""
+    claims = {**claims, "iat": int(time.time()), "jti": os.urandom(16).hex().upper()}
+    head = _b64(json.dumps({"typ": "JWT", "alg": "ed25519-nkey"}).encode())
+    body = _b64(json.dumps(claims).encode())
+    return f"{head}.{body}.{_b64(signer.sign(f'{head}.{body}'.encode()))}"
+
+
+def _pair(prefix: int) -> tuple[str, str, nkeys.KeyPair]:
+    seed = nkeys.encode_seed(os.urandom(32), prefix)
+    pair = nkeys.from_seed(bytearray(seed))
+    return seed.decode(), pair.public_key.decode(), pair
+
+
+def test_a_creds_file_with_a_user_jwt_on_an_operator_mode_server(
+    server_with: object, tmp_path: Path
+) -> None:
+    _, operator_key, operator = _pair(nkeys.PREFIX_BYTE_OPERATOR)
+    _, account_key, account = _pair(nkeys.PREFIX_BYTE_ACCOUNT)
+    _, system_key, _ = _pair(nkeys.PREFIX_BYTE_ACCOUNT)  # JetStream needs a system account
+    user_seed, user_key, _ = _pair(nkeys.PREFIX_BYTE_USER)
+    unlimited = {"subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
+                 "wildcards": True, "conn": -1, "leaf": -1}  # fmt: skip
+    operator_jwt = _jwt({"iss": operator_key, "sub": operator_key, "name": "ops",
+                         "nats": {"type": "operator", "version": 2}}, operator)  # fmt: skip
+    account_jwt = _jwt({"iss": operator_key, "sub": account_key, "name": "headgate",
+                        "nats": {"limits": unlimited, "type": "account", "version": 2}},
+                       operator)  # fmt: skip
+    system_jwt = _jwt({"iss": operator_key, "sub": system_key, "name": "SYS",
+                       "nats": {"limits": unlimited, "type": "account", "version": 2}},
+                      operator)  # fmt: skip
+    user_jwt = _jwt({"iss": account_key, "sub": user_key, "name": "agent",
+                     "nats": {"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1,
+                              "type": "user", "version": 2}}, account)  # fmt: skip
+    server = server_with(  # type: ignore[operator]
+        f"operator: {operator_jwt}\nsystem_account: {system_key}\nresolver: MEMORY\n"
+        f"resolver_preload: {{\n  {account_key}: {account_jwt}\n  {system_key}: {system_jwt}\n}}\n",
+        "operator",
+    )
+    creds = tmp_path / "agent.creds"
+    creds.write_text(
+        f"-----BEGIN NATS USER JWT-----\n{user_jwt}\n------END NATS USER JWT------\n\n"
+        f"-----BEGIN USER NKEY SEED-----\n{user_seed}\n------END USER NKEY SEED------\n"
+    )
+    with connect(NatsTarget(server.url, creds=creds), name="t", timeout=5) as conn:
+        conn.subscribe("lite.jwt")
+        conn.publish("lite.jwt", b"signed in")
+        msg = conn.next_msg(5)
+        assert msg is not None
+        assert msg.data == b"signed in"
+    stranger_seed, _, _ = _pair(nkeys.PREFIX_BYTE_USER)
+    creds.write_text(creds.read_text().replace(user_seed, stranger_seed))
+    with pytest.raises(NatsError, match="refused the credentials"):
+        with connect(NatsTarget(server.url, creds=creds), name="t", timeout=5):
+            pass
 
 
 def test_the_servers_are_tried_in_order_within_the_timeout(nats_url: str) -> None:
