@@ -5,8 +5,10 @@ data dir (embedded nats-server with credentials, SQLite) and runs the hook as Cl
 — a new `headgate hook claude-code` process per call, the hook JSON on stdin — for a `Read` of
 a project file, which the default policy allows at once. Each call is a new read (another file),
 so every one is a full proposal → classification → release. Printed: p50 and p99 wall time
-per call next to baselines measured in the same run: an empty interpreter (`python -c pass`)
-and the import of the hook's modules alone; plus the hook's CPU time.
+per call next to baselines measured in the same run: an empty interpreter (`python -c pass`),
+the import of the hook's modules alone (its light path: `workflow.adapters.lite`), and, for
+comparison, the import of the SDK path it replaced (`workflow.adapters.gate`, which
+`headgate mcp-proxy` uses); plus the CPU time of each.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: What a hook process imports for a tool call (its parser, the SDK, nats-py, the wire models).
-IMPORTS = "import workflow.launch, workflow.adapters.hook, workflow.adapters.gate"
+#: What a hook process imports for a tool call (its parser, the light NATS client, the keys).
+IMPORTS = "import workflow.launch, workflow.adapters.hook, workflow.adapters.lite"
+#: What the SDK path imports (asyncio, nats-py, the pydantic wire models): the hook before.
+SDK_IMPORTS = "import workflow.launch, workflow.adapters.hook, workflow.adapters.gate"
 
 
 def headgate() -> str:
@@ -39,7 +43,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def timed(argv: list[str], stdin: bytes = b"") -> tuple[float, float, int]:
+def timed(argv: list[str], stdin: bytes = b"", *, quiet: bool = False) -> tuple[float, float, int]:
     """Wall ms, CPU ms (user + system of the child) and exit code of one process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -47,7 +51,7 @@ def timed(argv: list[str], stdin: bytes = b"") -> tuple[float, float, int]:
     wall = (time.perf_counter() - start) * 1000
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
-    if proc.returncode not in (0,):
+    if proc.returncode not in (0,) and not quiet:
         sys.stderr.write(proc.stderr.decode(errors="replace"))
     return wall, cpu, proc.returncode
 
@@ -84,10 +88,17 @@ def main() -> None:
         serve = start_serve(data)
         try:
             hook = [headgate(), "hook", "claude-code", "--data-dir", str(data), "--wait", "10"]
-            for n in range(3):  # warm up: the service's first proposal, the OS caches
-                timed(hook, read_event(-1 - n, project))
+            warm, deadline = 0, time.monotonic() + 60
+            while warm < 3:  # warm up: the service's API and first proposal, the OS caches
+                if timed(hook, read_event(-1 - warm, project), quiet=True)[2] == 0:
+                    warm += 1
+                elif time.monotonic() > deadline:
+                    raise SystemExit("the hook was never allowed: see the service's log")
+                else:
+                    time.sleep(0.2)
             base = [timed([sys.executable, "-c", "pass"]) for _ in range(calls)]
             imports = [timed([sys.executable, "-c", IMPORTS]) for _ in range(calls)]
+            sdk = [timed([sys.executable, "-c", SDK_IMPORTS]) for _ in range(calls)]
             walls, cpus, failed = [], [], 0
             for n in range(calls):
                 wall, cpu, code = timed(hook, read_event(n, project))
@@ -102,6 +113,7 @@ def main() -> None:
     for label, runs in (
         ("python -c pass (baseline)", base),
         ("import the hook's modules (no I/O)", imports),
+        ("import the SDK path's (no I/O)", sdk),
         ("headgate hook: an allowed read", list(zip(walls, cpus, [0] * len(walls), strict=True))),
     ):
         w = [r[0] for r in runs]

@@ -8,7 +8,6 @@ redelivered message rebuilds exactly the same events (and JetStream drops the re
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -26,6 +25,8 @@ from workflow.effects import (
     RequestRecord,
     StoredIntake,
 )
+from workflow.ids import release_id_for as release_id_for
+from workflow.ids import request_id_for as request_id_for
 from workflow.masking import masked_proposal
 from workflow.messages import (
     ApprovalRecord,
@@ -51,18 +52,6 @@ _STATUS: dict[Decision, str] = {
     Decision.DENY: Outcome.DENIED,
     Decision.REQUIRE_APPROVAL: PENDING,
 }
-
-
-def _derive(prefix: str, proposal_id: str) -> str:
-    return f"{prefix}_{hashlib.sha256(proposal_id.encode()).hexdigest()[:24]}"
-
-
-def request_id_for(proposal_id: str) -> str:
-    return _derive("rq", proposal_id)
-
-
-def release_id_for(proposal_id: str) -> str:
-    return _derive("rl", proposal_id)
 
 
 def released_event(

@@ -23,6 +23,13 @@ import nkeys
 
 from workflow.canonical import SIGNATURE_SCHEME, is_signed_form, scheme_problem
 from workflow.errors import ConfigError
+from workflow.eventsig import SIGNATURE_HEADER as SIGNATURE_HEADER
+from workflow.eventsig import SIGNER_HEADER as SIGNER_HEADER
+from workflow.eventsig import decode_public
+from workflow.eventsig import decode_server_key as decode_server_key
+from workflow.eventsig import event_signing_bytes as event_signing_bytes
+from workflow.eventsig import is_service_key as is_service_key
+from workflow.eventsig import verify_event as verify_event
 from workflow.messages import ApprovalDecision, ApprovalRecord, signed_text
 
 
@@ -82,22 +89,7 @@ class ApproverKey:
 def decode_user_key(public_key: str) -> bytes | None:
     """The Ed25519 public key inside a public user nkey (``U…``, 56 characters, with its
     checksum), or None when the text is not one."""
-    return _decode_public(public_key, "U", nkeys.PREFIX_BYTE_USER)
-
-
-def _decode_public(public_key: str, letter: str, prefix: int) -> bytes | None:
-    if len(public_key) != 56 or not public_key.startswith(letter):
-        return None
-    try:
-        raw = base64.b32decode(public_key + "=" * (-len(public_key) % 8))
-    except (binascii.Error, ValueError):
-        return None
-    if len(raw) != 35 or raw[0] != prefix:
-        return None
-    body, crc = raw[:-2], raw[-2:]
-    if nkeys.crc16(bytearray(body)) != int.from_bytes(crc, "little"):
-        return None
-    return bytes(body[1:])
+    return decode_public(public_key, "U", nkeys.PREFIX_BYTE_USER)
 
 
 @functools.lru_cache(maxsize=1024)  # the same few approvers sign every decision
@@ -161,18 +153,6 @@ def verify_record(record: ApprovalRecord) -> bool:
 
 # --------------------------------------------------------------------------- the service's key
 
-#: The NATS header carrying the service's signature on what it publishes.
-SIGNATURE_HEADER = "Headgate-Signature"
-#: The NATS header naming the key that made it (informative: clients check their trusted key).
-SIGNER_HEADER = "Headgate-Signer"
-_EVENT_DOMAIN = b"headgate-event-v1\n"
-
-
-def event_signing_bytes(subject: str, payload: bytes) -> bytes:
-    """What the service signs for a message it publishes: a domain tag, the subject (so an
-    event cannot be moved to another agent's or workspace's subject) and the exact payload."""
-    return _EVENT_DOMAIN + subject.encode() + b"\n" + payload
-
 
 class ServiceKey:
     """The service's own signing key: an nkeys *server* seed (``SN…``, public ``N…``), so it
@@ -223,30 +203,3 @@ class ServiceKey:
             SIGNATURE_HEADER: base64.urlsafe_b64encode(signature).decode(),
             SIGNER_HEADER: self.public_key,
         }
-
-
-def decode_server_key(public_key: str) -> bytes | None:
-    """The Ed25519 public key inside a public server nkey (``N…``), or None."""
-    return _decode_public(public_key, "N", nkeys.PREFIX_BYTE_SERVER)
-
-
-def is_service_key(public_key: str) -> bool:
-    return decode_server_key(public_key) is not None
-
-
-def verify_event(
-    public_key: str, subject: str, payload: bytes, headers: dict[str, str] | None
-) -> bool:
-    """True when the message carries `public_key`'s signature over its subject and payload."""
-    signature = (headers or {}).get(SIGNATURE_HEADER)
-    key = decode_server_key(public_key)
-    if not signature or key is None:
-        return False
-    try:
-        nacl.signing.VerifyKey(key).verify(
-            event_signing_bytes(subject, payload),
-            base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4)),
-        )
-    except (nacl.exceptions.BadSignatureError, binascii.Error, ValueError):
-        return False
-    return True

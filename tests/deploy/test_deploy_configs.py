@@ -421,6 +421,49 @@ async def test_agent_reads_its_results_and_only_its_own(service: Conn, connect: 
         await agent.violations.wait_for("publish", subject)
 
 
+async def test_a_coding_agents_hook_is_gated_through_the_deploy_accounts(
+    single_server: NatsProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`headgate hook`'s light path as the agent user: it listens on its own results subjects
+    (and no one else's), proposes, and gets the service's signed answer."""
+    from workflow.adapters import claude_code, lite
+    from workflow.adapters.calls import Action
+    from workflow.adapters.options import GateOptions
+    from workflow.service.lifecycle import Service
+    from workflow.service.settings import Settings
+
+    service = Service(Settings(
+        data_dir=tmp_path, nats_url=single_server.url, nats_user=SERVICE,
+        nats_password=f"{SERVICE}-dev-password",
+    ))  # fmt: skip
+    await service.start()
+    try:
+        # The service answers on the status subject once its API has subscribed.
+        agent = await nats.connect(single_server.url, user=AGENT, inbox_prefix=f"_INBOX.{AGENT}",
+                                   password=f"{AGENT}-dev-password")  # fmt: skip
+        for _ in range(100):
+            try:
+                await agent.request(f"headgate.api.status.{AGENT}", b"{}", timeout=1)
+                break
+            except nats.errors.NoRespondersError:
+                await asyncio.sleep(0.05)
+        await agent.close()
+        monkeypatch.setenv("HEADGATE_NATS_USER", AGENT)
+        monkeypatch.setenv("HEADGATE_NATS_PASSWORD", f"{AGENT}-dev-password")
+        read = claude_code.parse({
+            "hook_event_name": "PreToolUse", "session_id": "s1", "cwd": "/w",
+            "tool_name": "Read", "tool_input": {"file_path": "/w/README.md"},
+        })  # fmt: skip
+        options = GateOptions(agent=AGENT, nats_url=single_server.url, data_dir=tmp_path, wait=2)
+        answer = await asyncio.to_thread(lite.decide, read, options, 20)
+        assert answer.action == Action.ALLOW, answer.reason
+        other = GateOptions(agent="someone-else", nats_url=single_server.url, data_dir=tmp_path)
+        with pytest.raises(Exception, match="Permissions Violation"):
+            await asyncio.to_thread(lite.decide, read, other, 20)
+    finally:
+        await service.stop()
+
+
 async def test_agent_cannot_read_another_clients_replies(service: Conn, connect: Any) -> None:
     agent: Conn = await connect(AGENT)
     await agent.nc.subscribe(f"_INBOX.{APPROVER}.>")

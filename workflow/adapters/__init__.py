@@ -2,7 +2,9 @@
 
 Each client module (`claude_code`, `codex`, `gemini`, `cursor`) is pure: it turns the client's
 hook JSON into a `HookCall` and a Headgate `Answer` into the output that client honours.
-`gate` does the I/O through the agent SDK, like any agent; `hook` is the process a client
-starts per tool call, and fails closed whatever happens. Nothing here imports the service or
+`hook` is the process a client starts per tool call, and fails closed whatever happens; it
+does its I/O through `lite`, a small synchronous NATS client (`litenats`) that starts in a
+fraction of the SDK's time. `gate` does the same through the agent SDK, like any agent (the MCP
+gateway uses it); `flow` holds the steps both share. Nothing here imports the service or
 the store (an import-linter contract in pyproject.toml holds that).
 """

@@ -13,20 +13,26 @@ request instead of opening another.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from workflow.adapters.calls import (
     NEUTRAL,
-    Action,
     Answer,
     HookCall,
     Phase,
-    blocked_reason,
     pending_answer,
     proposal_base,
     proposal_id,
+)
+from workflow.adapters.flow import (
+    blocked_answer,
+    executed,
+    generation_search,
+    proposal_context,
+    proposal_source,
+    released_answer,
+    spent,
 )
 from workflow.adapters.options import GateOptions
 from workflow.client import transport
@@ -35,11 +41,9 @@ from workflow.client.connection import Role, resolve_nats
 from workflow.client.errors import ResultTimeout
 from workflow.client.results import OutcomeEvent
 from workflow.client.worker import report_execution
+from workflow.ids import release_id_for
 from workflow.messages import Blocked, ProposalHistory, Released, ToolDefinition
 from workflow.outcomes import Outcome
-from workflow.routing import release_id_for
-
-_TOKEN_BAD = re.compile(r"[^A-Za-z0-9_-]+")
 
 
 async def decide(call: HookCall, options: GateOptions) -> Answer:
@@ -96,47 +100,37 @@ async def gate(
 
 async def current(hg: Headgate, base: str) -> tuple[int, ProposalHistory | None]:
     """The highest generation of `base` the service knows, with its history (0, None: none)."""
-
-    async def lookup(generation: int) -> ProposalHistory | None:
-        return await transport.history(
-            hg.nc, hg.subjects, proposal_id(base, generation), agent=hg.agent
-        )
-
-    found = await lookup(0)
-    if found is None:
-        return 0, None
-    low, low_found, high = 0, found, 1
-    while (probe := await lookup(high)) is not None:  # gallop: 1, 2, 4, ...
-        low, low_found, high = high, probe, high * 2
-    while high - low > 1:  # the highest existing one lies in [low, high)
-        middle = (low + high) // 2
-        probe = await lookup(middle)
-        if probe is None:
-            high = middle
-        else:
-            low, low_found = middle, probe
-    return low, low_found
+    found: dict[int, ProposalHistory] = {}
+    search = generation_search()
+    probe = next(search)
+    try:
+        while True:
+            history = await transport.history(
+                hg.nc, hg.subjects, proposal_id(base, probe), agent=hg.agent
+            )
+            if history is not None:
+                found[probe] = history
+            probe = search.send(history is not None)
+    except StopIteration as done:
+        highest: int = done.value
+    return (0, None) if highest < 0 else (highest, found[highest])
 
 
 def _executed(history: ProposalHistory) -> bool:
-    return any(e.kind == "executed" for e in history.events)
+    return executed(e.kind for e in history.events)
 
 
 def _spent(history: ProposalHistory) -> bool:
     """This generation is over: the next identical call is a new proposal."""
-    if history.status in (Outcome.EXPIRED, Outcome.CANCELLED):
-        return True
-    return history.status == Outcome.RELEASED and _executed(history)
+    return spent(history.status, (e.kind for e in history.events))
 
 
 async def _propose(
     hg: Headgate, call: HookCall, pid: str, definition: ToolDefinition | None
 ) -> Ticket:
-    source = _TOKEN_BAD.sub("_", call.server)[:128] if call.server else None
     return await hg.propose(
-        call.tool, call.arguments, intent=call.intent, source=source, proposal_id=pid,
-        definition=definition,
-        context={"cwd": call.cwd, "client": call.client, "session_id": call.session_id},
+        call.tool, call.arguments, intent=call.intent, source=proposal_source(call),
+        proposal_id=pid, definition=definition, context=proposal_context(call),
     )  # fmt: skip
 
 
@@ -170,15 +164,8 @@ async def _outcome(
     if outcome is None:
         return Gated(pending_answer(ticket.request_id, pid, wait, on_pending), pid)
     if isinstance(outcome, Blocked):
-        reason = blocked_reason(outcome.outcome, outcome.reason, outcome.request_id)
-        return Gated(Answer(Action.DENY, reason), pid)
-    why = (
-        f"approved in Headgate (request {outcome.request_id})"
-        if outcome.request_id
-        else "allowed by Headgate's policy"
-    )
-    changed = outcome.arguments if outcome.arguments != call.arguments else None
-    return Gated(Answer(Action.ALLOW, why, changed), pid, outcome)
+        return Gated(blocked_answer(outcome.outcome, outcome.reason, outcome.request_id), pid)
+    return Gated(released_answer(call, outcome.request_id, outcome.arguments), pid, outcome)
 
 
 async def report(hg: Headgate, call: HookCall) -> str | None:

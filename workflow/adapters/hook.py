@@ -5,14 +5,13 @@ call run in every one of them. So this never raises and never hangs: whatever go
 before Headgate has answered (bad input, no NATS, no service, an exception, the time budget
 spent) ends in the client's blocking answer — exit 2 with the reason on stderr — within
 `connect_timeout + wait` seconds and a small margin, and a timer kills the process with the
-same answer should the event loop itself get stuck.
+same answer should anything get stuck. A tool call goes through the light path
+(`workflow.adapters.lite`: no asyncio, nats-py or pydantic), the rest needs no I/O at all.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import getpass
 import json
 import os
 import signal
@@ -82,10 +81,9 @@ def answer(client: Client, raw: str, options: GateOptions) -> Reply:
         call = _parse(client, raw)
         if call.phase is Phase.OTHER:
             return client.render(call, Answer(Action.NEUTRAL))
-        from workflow.adapters.gate import decide  # the SDK and NATS: only for a tool call
+        from workflow.adapters.lite import decide  # NATS and the keys: only for a tool call
 
-        decided = asyncio.run(asyncio.wait_for(decide(call, options), budget(options)))
-        return client.render(call, decided)
+        return client.render(call, decide(call, options, budget(options)))
     except Exception as exc:
         if call is not None and call.phase is Phase.AFTER:
             return Reply(stderr=f"Headgate could not record that the call ran: {_describe(exc)}\n",
@@ -177,12 +175,16 @@ def options_for(
             f"--on-pending defer: {client} cannot defer a call (only {able}, under its "
             "non-interactive mode); use --on-pending deny"
         )
-    try:
-        user: str | None = getpass.getuser()
-    except Exception:
-        user = None
+    if not agent:
+        import getpass  # only for the default agent name
+
+        try:
+            user: str | None = getpass.getuser()
+        except Exception:
+            user = None
+        agent = default_agent(client, user)
     return GateOptions(
-        agent=agent or default_agent(client, user), workspace=workspace, wait=wait,
+        agent=agent, workspace=workspace, wait=wait,
         connect_timeout=connect_timeout, prefix=prefix, nats_url=nats_url or None,
         data_dir=data_dir.absolute(), on_pending=str(on_pending),
     )  # fmt: skip

@@ -21,21 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import weakref
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from workflow.client.connection import SERVICE_KEY_FILE, data_dir_from
-from workflow.errors import ConfigError, ConnectError
-from workflow.signing import SIGNER_HEADER, is_service_key, verify_event
+from workflow.errors import ConnectError
+from workflow.eventsig import SERVICE_KEY_ENV as SERVICE_KEY_ENV
+from workflow.eventsig import SIGNER_HEADER, is_service_key, verify_event
+from workflow.eventsig import pinned_key as pinned_key
 
 if TYPE_CHECKING:
     from nats.aio.client import Client as NATS
 
-#: The environment variable that pins the service's public key.
-SERVICE_KEY_ENV = "HEADGATE_SERVICE_KEY"
 #: Seconds to wait for the service to say its key.
 KEY_TIMEOUT = 5.0
 
@@ -48,30 +45,6 @@ class NotFromService(ConnectError):
         super().__init__(
             f"the message on {subject} is not the Headgate service's ({why}); it was ignored"
         )
-
-
-def pinned_key(
-    key: str | None = None,
-    *,
-    data_dir: Path | str | None = None,
-    env: Mapping[str, str] | None = None,
-) -> str | None:
-    """The service key given explicitly, in the environment or in the data dir; None if none.
-
-    ConfigError when the one found is not a service key (a typo must not disable the check)."""
-    env = os.environ if env is None else env
-    origin = "the service key given"
-    if not key:
-        key, origin = env.get(SERVICE_KEY_ENV) or None, SERVICE_KEY_ENV
-    if not key:
-        path = data_dir_from(data_dir, env) / SERVICE_KEY_FILE
-        try:
-            key, origin = path.read_text().strip() or None, str(path)
-        except OSError:
-            return None
-    if key is not None and not is_service_key(key):
-        raise ConfigError(f"{origin} is not a service public key (N…, 56 characters): {key!r}")
-    return key
 
 
 class ServiceTrust:

@@ -1,0 +1,152 @@
+"""Where a Headgate client connects, and as whom: the NATS URL and credentials of a role.
+
+Pure and light (no NATS client library): the SDKs (`workflow.client.connection`), the CLI and
+the per-call hook path (`workflow.adapters.litenats`) all find NATS through `resolve_nats`:
+
+1. the URL and credentials passed explicitly (options, function arguments);
+2. the environment: ``HEADGATE_NATS_URL``, ``HEADGATE_NATS_USER`` / ``HEADGATE_NATS_PASSWORD``,
+   ``HEADGATE_NATS_CREDS`` (a NATS ``.creds`` file) or ``HEADGATE_NATS_NKEY`` (an nkey seed file);
+3. the data dir of a local ``headgate serve`` (``HEADGATE_DATA_DIR``, default ``.headgate``):
+   the URL it recorded in ``nats.url`` and the credentials it wrote for each role in
+   ``credentials/<role>.nk`` (mode 0600).
+
+A URL and credentials are resolved independently: ``--nats-url`` pointing at the local server
+still picks up the data dir's credentials.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from workflow.errors import ConfigError
+
+#: Where `headgate serve` keeps its state, unless told otherwise.
+DEFAULT_DATA_DIR = Path(".headgate")
+#: The URL of the embedded nats-server, recorded by `serve` in its data dir.
+URL_FILE = "nats.url"
+#: The public key of the service's signing key, written by `serve` (see `workflow.client.trust`).
+SERVICE_KEY_FILE = "service.pub"
+#: The data dir's NATS credentials, one nkey seed per role (`credentials/<role>.nk`).
+CREDENTIALS_DIR = "credentials"
+
+
+class Role(StrEnum):
+    """Who a client is towards NATS; each role has its own credentials and permissions."""
+
+    SERVICE = "service"
+    AGENT = "agent"
+    APPROVER = "approver"
+
+
+def credentials_file(data_dir: Path, role: Role) -> Path:
+    """The nkey seed `serve` writes for `role` in its data dir."""
+    return data_dir / CREDENTIALS_DIR / f"{role.value}.nk"
+
+
+def inbox_prefix_for(name: str) -> str:
+    """The private reply-inbox prefix of a NATS user: `_INBOX.<name>` (see deploy/nats)."""
+    return f"_INBOX.{name}"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class NatsTarget:
+    """A NATS URL (comma-separated for a cluster) and the credentials to present there."""
+
+    url: str
+    user: str | None = None
+    password: str | None = None
+    creds: Path | None = None
+    nkey: Path | None = None
+    inbox_prefix: str | None = None
+    #: Where the URL and the credentials came from, for error messages.
+    origin: str = "arguments"
+
+    def __repr__(self) -> str:  # never print a password
+        secret = ", password=••••" if self.password else ""
+        return (
+            f"NatsTarget(url={self.url!r}, user={self.user!r}{secret}, creds={self.creds}, "
+            f"nkey={self.nkey}, origin={self.origin!r})"
+        )
+
+    @property
+    def servers(self) -> list[str]:
+        return [s.strip() for s in self.url.split(",") if s.strip()]
+
+    def connect_options(self) -> dict[str, Any]:
+        """nats-py `connect` keyword arguments for these credentials."""
+        options: dict[str, Any] = {}
+        if self.user is not None:
+            options["user"] = self.user
+        if self.password is not None:
+            options["password"] = self.password
+        if self.creds is not None:
+            options["user_credentials"] = str(self.creds)
+        if self.nkey is not None:
+            options["nkeys_seed"] = str(self.nkey)
+        if self.inbox_prefix is not None:
+            options["inbox_prefix"] = self.inbox_prefix
+        return options
+
+
+def data_dir_from(data_dir: Path | str | None, env: Mapping[str, str]) -> Path:
+    if data_dir is not None:
+        return Path(data_dir)
+    return Path(env.get("HEADGATE_DATA_DIR") or DEFAULT_DATA_DIR)
+
+
+def resolve_nats(
+    url: str | None = None,
+    *,
+    role: Role,
+    data_dir: Path | str | None = None,
+    user: str | None = None,
+    password: str | None = None,
+    creds: Path | str | None = None,
+    nkey: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> NatsTarget:
+    """The NATS URL and credentials a client of `role` uses: arguments, then the environment,
+    then the data dir of a local `headgate serve` (see the module docstring).
+
+    Raises `ConfigError` naming every place it looked when no URL is found anywhere.
+    """
+    env = os.environ if env is None else env
+    where = data_dir_from(data_dir, env)
+    origin = "arguments"
+    if not url:
+        url, origin = env.get("HEADGATE_NATS_URL") or None, "HEADGATE_NATS_URL"
+    if not url:
+        recorded = where / URL_FILE
+        try:
+            url = recorded.read_text().strip() or None
+        except OSError:
+            url = None
+        origin = str(recorded)
+        if not url:
+            raise ConfigError(
+                "no NATS URL: pass --nats-url, set HEADGATE_NATS_URL, or run this in the "
+                f"directory where `headgate serve` runs (it records its URL in {recorded})."
+            )
+    user = user or env.get("HEADGATE_NATS_USER") or None
+    password = password or env.get("HEADGATE_NATS_PASSWORD") or None
+    creds_path = _path(creds or env.get("HEADGATE_NATS_CREDS"))
+    nkey_path = _path(nkey or env.get("HEADGATE_NATS_NKEY"))
+    inbox = inbox_prefix_for(user) if user else None
+    if user is None and creds_path is None and nkey_path is None:
+        local = credentials_file(where, role)
+        if local.is_file():
+            nkey_path, inbox = local, inbox_prefix_for(role.value)
+            origin = f"{origin}; credentials {local}"
+    return NatsTarget(
+        url=url, user=user, password=password, creds=creds_path, nkey=nkey_path,
+        inbox_prefix=inbox, origin=origin,
+    )  # fmt: skip
+
+
+def _path(value: Path | str | None) -> Path | None:
+    return Path(value) if value else None
