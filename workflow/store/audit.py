@@ -21,7 +21,7 @@ from workflow.store.chain import (
     verify_chain,
 )
 from workflow.store.engine import Database
-from workflow.store.pgpath import Insert
+from workflow.store.pgpath import Head, Insert
 from workflow.store.tables import AUDIT, AUDIT_ANCHOR, AUDIT_HEAD
 
 #: The length of the `actor` column.
@@ -58,10 +58,12 @@ class AuditLog:
         entries: Sequence[AuditEntry],
         now: datetime,
         also: Sequence[Insert] = (),
+        head: Head | None = None,
     ) -> None:
         """Append `entries` inside the caller's transaction, chained after the head; insert
         the rows of `also` with them (on PostgreSQL all in one statement with the head's
-        move: one round trip)."""
+        move: one round trip). `head`: the head as the caller's transaction already locked
+        it (PostgreSQL, `pgpath.PgStatements`)."""
         pg = self.db.pg_inserts
         if not entries:
             if pg is not None:
@@ -70,11 +72,13 @@ class AuditLog:
                 for insert in also:
                     self.db.insert_rows(conn, insert.table, insert.rows, ignore=insert.ignore)
             return
-        if self.db.fast:  # the write lock already serialises appends
+        if head is not None:
+            seq, prev = head
+        elif self.db.fast:  # the write lock already serialises appends
             seq, prev = fastpath.audit_head(conn)
         else:  # replicas append concurrently: lock the head row
-            head = conn.execute(_HEAD_FOR_UPDATE).one()
-            seq, prev = int(head[0]), str(head[1])
+            locked = conn.execute(_HEAD_FOR_UPDATE).one()
+            seq, prev = int(locked[0]), str(locked[1])
         at = now.isoformat()
         rows = []
         for entry in entries:

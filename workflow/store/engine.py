@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from workflow.errors import ConfigError
 from workflow.store.fastpath import SqliteInserts
 from workflow.store.migrations import migrate
-from workflow.store.pgpath import PgInserts
+from workflow.store.pgpath import PgInserts, PgStatements
 from workflow.store.priority import PriorityLock
 from workflow.store.sqlite_writer import SqliteWriteLock, WalCheckpointer
 
@@ -149,6 +149,8 @@ class Database:
         self.gate = self._write_lock.local if self._write_lock is not None else PriorityLock()
         #: PostgreSQL: a transaction's inserts in one statement (see `pgpath`); None on SQLite.
         self.pg_inserts = PgInserts() if self.dialect == "postgresql" else None
+        #: PostgreSQL: the first statement of the intake's and the collector's transactions.
+        self.pg_statements = PgStatements() if self.dialect == "postgresql" else None
         #: SQLite: the DB-API inserts (see `fastpath`); None on PostgreSQL.
         self.sqlite_inserts = SqliteInserts() if self.dialect == "sqlite" else None
         self._core_inserts: dict[tuple[str, bool], Any] = {}
