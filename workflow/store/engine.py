@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import URL, Connection, Engine, Table, event, make_url, select
@@ -205,6 +206,23 @@ class Database:
             )
             self._core_inserts[key] = statement
         conn.execute(statement, [r._asdict() for r in rows])
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite database file; None on PostgreSQL and in memory."""
+        writer = self._sync_writer
+        return Path(str(writer.url.database)) if writer is not None else None
+
+    @asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """Hold the writer for work outside a transaction (SQLite's `VACUUM`): every writer
+        of the database's processes waits meanwhile."""
+        if self._write_lock is None:
+            async with self.gate.hold():
+                yield
+            return
+        async with self._write_lock.hold():
+            yield
 
     @asynccontextmanager
     async def _write(self, urgent: bool) -> AsyncIterator[AsyncConnection]:
