@@ -12,6 +12,7 @@ from workflow.cli import (
     bench,
     calls,
     controls,
+    db,
     dead,
     hook,
     inbox,
@@ -79,6 +80,7 @@ app.add_typer(policy_cmds.policy_app, name="policy")
 app.add_typer(policy_cmds.tools_app, name="tools")
 app.add_typer(offline.keys_app, name="keys")
 app.add_typer(offline.audit_app, name="audit")
+app.add_typer(db.db_app, name="db")
 app.add_typer(web.web_app, name="web")
 app.add_typer(controls.grants_app, name="grants")
 
