@@ -59,6 +59,13 @@ def pinned_key(
     """The service key given explicitly, in the environment or in the data dir; None if none.
 
     ConfigError when the one found is not a service key (a typo must not disable the check)."""
+    return _pinned(key, data_dir=data_dir, env=env)[0]
+
+
+def _pinned(
+    key: str | None, *, data_dir: Path | str | None, env: Mapping[str, str] | None
+) -> tuple[str | None, str]:
+    """`pinned_key` and where it was found (for the error that names it)."""
     env = os.environ if env is None else env
     origin = "the service key given"
     if not key:
@@ -68,19 +75,22 @@ def pinned_key(
         try:
             key, origin = path.read_text().strip() or None, str(path)
         except OSError:
-            return None
+            return None, origin
     if key is not None and not is_service_key(key):
         raise ConfigError(f"{origin} is not a service public key (N…, 56 characters): {key!r}")
-    return key
+    return key, origin
 
 
 class ServiceTrust:
     """The key a connection trusts for one subject prefix, and the checks made with it."""
 
-    def __init__(self, nc: NATS, prefix: str, key: str | None = None):
+    def __init__(self, nc: NATS, prefix: str, key: str | None = None, origin: str | None = None):
         self.nc = nc
         self.prefix = prefix
         self._key = key
+        #: Where the key was found (a `service.pub` path, the environment variable); None
+        #: when it is learnt from the service.
+        self._origin = origin if key is not None else None
         self._lock = asyncio.Lock()
 
     @property
@@ -132,8 +142,24 @@ class ServiceTrust:
             "no service signature"
             if not headers or "Headgate-Signature" not in headers
             else f"signed by {signer or 'another key'}, not by the service key {self._key}"
+            f"{self._whence()}"
         )
         raise NotFromService(subject, why)
+
+    def _whence(self) -> str:
+        """Where the trusted key came from, and what to change when it is another service's:
+        a data dir where an earlier or another `headgate serve` ran is the usual cause."""
+        if self._origin is None:
+            return ", learnt from the service when this client connected"
+        if self._origin.endswith(SERVICE_KEY_FILE):
+            return (
+                f" read from {self._origin}: is that the data dir of another `headgate serve`? "
+                f"Use this service's (--data-dir, HEADGATE_DATA_DIR) or pin its key "
+                f"({SERVICE_KEY_ENV})"
+            )
+        if self._origin == SERVICE_KEY_ENV:
+            return f" set in {SERVICE_KEY_ENV}"
+        return " the client was given"
 
 
 _TRUST: weakref.WeakKeyDictionary[NATS, dict[str, ServiceTrust]] = weakref.WeakKeyDictionary()
@@ -156,5 +182,6 @@ def trust_for(
     if data_dir is None:
         data_dir = _DATA_DIRS.get(nc)
     if found is None or (key is not None and found.known != key):
-        found = per_prefix[prefix] = ServiceTrust(nc, prefix, pinned_key(key, data_dir=data_dir))
+        pinned, origin = _pinned(key, data_dir=data_dir, env=None)
+        found = per_prefix[prefix] = ServiceTrust(nc, prefix, pinned, origin)
     return found
