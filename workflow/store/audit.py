@@ -128,7 +128,7 @@ class AuditLog:
         return [schema.AuditRow.model_construct(**r._mapping) for r in rows]
 
     async def batches(
-        self, *, after_seq: int = 0, through_seq: int | None = None, batch: int = 5000
+        self, *, after_seq: int = 0, through_seq: int | None = None, batch: int = 500
     ) -> AsyncIterator[list[schema.AuditRow]]:
         """The records after `after_seq` (up to `through_seq`) in order, `batch` at a time:
         one indexed range read per batch, so memory stays that of one batch however long
@@ -157,7 +157,7 @@ class AuditLog:
             row = (await conn.execute(select(AUDIT_ANCHOR.c.seq, AUDIT_ANCHOR.c.hash))).first()
         return (int(row.seq), str(row.hash)) if row is not None else (0, GENESIS)
 
-    async def verify(self, batch: int = 5000) -> ChainCheck:
+    async def verify(self, batch: int = 1000) -> ChainCheck:
         """Check the whole stored chain in batches, from its anchor: that the head row matches
         its end and, once records were pruned, that an `audit.pruned` record in the chain
         confirms the anchor (records removed from the start are detected, not mistaken for a
