@@ -216,3 +216,33 @@ async def test_an_approver_reaches_the_controls_on_the_embedded_default(
         assert "permissions violation" in await refusals.next()
     finally:
         await agent.close()
+
+
+async def test_the_url_is_recorded_once_the_service_answers(tmp_path: Path) -> None:
+    """A client that finds `nats.url` finds a service that answers: the first hook or CLI call
+    after `serve` starts is not refused with "no Headgate service answers"."""
+    data = tmp_path / ".headgate"
+    proc = await asyncio.create_subprocess_exec(
+        "headgate", "serve", "--data-dir", str(data), "--prefix", "hgurl",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        url_file = data / datadir.URL_FILE
+        for _ in range(12_000):  # up to 60 s, looking every 5 ms
+            if url_file.exists() or proc.returncode is not None:
+                break
+            await asyncio.sleep(0.005)
+        assert url_file.exists(), "serve never recorded its URL"
+        nc = await nats.connect(
+            url_file.read_text().strip(),
+            nkeys_seed=str(credentials_file(data, Role.AGENT)),
+            inbox_prefix=inbox_prefix_for(Role.AGENT.value), allow_reconnect=False,
+        )  # fmt: skip
+        try:
+            reply = await nc.request("hgurl.api.key", b"{}", timeout=5)
+        finally:
+            await nc.close()
+        assert json.loads(reply.data)["public_key"].startswith("N")
+    finally:
+        proc.terminate()
+        await proc.wait()

@@ -276,6 +276,10 @@ class Service:
                     env={"HEADGATE_NATS_PASSWORD": s.nats_password} if s.nats_password else {},
                 )
                 self.workers.start()
+        if self.embedded is not None:
+            # Clients find the server by this file: written once the API answers, so the
+            # first hook or CLI call that reads it is not refused for "no service answers".
+            (s.data_dir / datadir.URL_FILE).write_text(self.url + "\n")
         if self.health is not None:
             self.health.metrics = ctx.metrics
         # What is alive now (modules, policy, classifier tables, parsers, schemas) lives as
@@ -357,7 +361,6 @@ class Service:
             url = self._embedded_on(store, access.config, 0)
         assert self.embedded is not None
         datadir.record_port(s.data_dir, _port_of(url))
-        (s.data_dir / datadir.URL_FILE).write_text(url + "\n")
         log.info(
             "embedded nats-server with JetStream listening on %s (credentials in %s)",
             url, access.service_seed.parent,
