@@ -74,7 +74,16 @@ def recorded_port(data_dir: Path) -> int | None:
 
 
 def record_port(data_dir: Path, port: int) -> None:
-    (data_dir / PORT_FILE).write_text(f"{port}\n")
+    record(data_dir, PORT_FILE, f"{port}\n")
+
+
+def record(data_dir: Path, name: str, text: str) -> None:
+    """Write a file clients read (`nats.url`, `web.url`, …) whole or not at all: written
+    beside it and renamed, so a client polling for it never reads it half written."""
+    path = data_dir / name
+    partial = path.with_name(f".{name}.{os.getpid()}.partial")
+    partial.write_text(text)
+    partial.replace(path)
 
 
 def local_approver(data_dir: Path) -> tuple[ApproverKey, Path, bool]:

@@ -70,15 +70,19 @@ def test_the_bot_approved_every_held_call(report: dict[str, Any]) -> None:
     assert report["bot"]["decisions_sent"] > 0
 
 
-def test_a_soak_runs_at_the_rate_given() -> None:
+@pytest.mark.parametrize("given", [["--rate", "30"], ["--soak-share", "0.1"]])
+def test_a_soak_runs_at_the_rate_or_share_given(given: list[str]) -> None:
     app = typer.Typer()
     app.command()(bench)
     result = CliRunner().invoke(
-        app, ["--json", "--soak", "0.1", "--rate", "30", "--count", "100", "--warmup", "20"]
+        app, ["--json", "--soak", "0.1", *given, "--count", "100", "--warmup", "20"]
     )
     assert result.exit_code == 0, result.output
     soak = json.loads(result.stdout[result.stdout.index("{") :])["soak"]
-    assert soak["rate"] == 30
-    assert soak["max_throughput"] > 30
+    if given[0] == "--rate":
+        assert soak["rate"] == 30
+        assert soak["max_throughput"] > 30
+    else:
+        assert soak["rate"] == round(soak["max_throughput"] * 0.1, 1)
     assert soak["lost"] == 0
     assert soak["completed"] == soak["published"] > 0

@@ -95,6 +95,7 @@ class BenchConfig:
     window: int = 2000
     think: float = 0.0
     soak_minutes: float | None = None
+    soak_share: float = 0.5  # the soak's rate: this share of the max it measures first
     warmup: int = 500
     database_url: str | None = None
     policy: Path | None = None
@@ -399,13 +400,13 @@ def summarize_rounds(rounds: list[dict[str, Any]], rig_usage: Usage) -> dict[str
 
 
 async def soak(rig: Rig, config: BenchConfig, reporter: Reporter) -> dict[str, Any]:
-    """Measure Headgate's max throughput on the mix, then run at half of it (or at `--rate`),
-    minute by minute."""
+    """Measure Headgate's max throughput on the mix, then run at `soak_share` of it (half by
+    default; or at `--rate`), minute by minute."""
     assert config.soak_minutes is not None
     probe = await run_phase(rig, "soak: max throughput", relay=False, mix=config.mix, rate=None,
                             config=config, reporter=reporter)  # fmt: skip
     max_tp = float(probe["throughput"] or 0)
-    rate = config.rate or max(1.0, max_tp / 2)
+    rate = config.rate or max(1.0, max_tp * config.soak_share)
     minutes: list[dict[str, Any]] = []
     seconds = config.soak_minutes * 60
     rig.phase_no += 1
@@ -414,7 +415,11 @@ async def soak(rig: Rig, config: BenchConfig, reporter: Reporter) -> dict[str, A
     load = Load(subject_for=rig.subjects.proposals, mix=config.mix, count=None, duration=seconds,
                 rate=rate, window=config.window, tag=f"{rig.tag}s{rig.phase_no}",
                 seed=rig.phase_no)  # fmt: skip
-    share = "half" if config.rate is None else f"{rate / max(max_tp, 1.0):.2f} × the max"
+    share = (
+        "half"
+        if config.rate is None and config.soak_share == 0.5
+        else f"{rate / max(max_tp, 1.0):.2f} × the max"
+    )
     reporter.say(f"soak: {config.soak_minutes:g} min at {rate:.0f}/s ({share} of {max_tp:.0f}/s)")
     reporter.phase("soak", int(rate * seconds))
     cpu0 = rig.service.usage().cpu

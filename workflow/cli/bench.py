@@ -87,9 +87,14 @@ def bench(
     soak: Annotated[
         float | None,
         typer.Option("--soak", metavar="MINUTES", min=0.1, help="Soak mode: measure the max "
-                     "throughput, run at half of it for MINUTES, print latency and RSS per "
-                     "minute."),
+                     "throughput, run at half of it (--soak-share) for MINUTES, print latency "
+                     "and RSS per minute."),
     ] = None,
+    soak_share: Annotated[
+        float,
+        typer.Option("--soak-share", min=0.01, max=1.0, help="The soak's rate as a share of "
+                     "the max it measures first (--rate gives a rate instead)."),
+    ] = 0.5,
     warmup: Annotated[
         int, typer.Option("--warmup", min=0, help="Proposals per system before measuring.")
     ] = 500,
@@ -146,7 +151,8 @@ def bench(
             fail(f"--retention: {exc}")
     config = BenchConfig(
         nats_url=nats_url, rounds=rounds, duration=duration, count=count, rate=rate,
-        mix=Mix.parse(mix), window=window, think=think, soak_minutes=soak, warmup=warmup,
+        mix=Mix.parse(mix), window=window, think=think, soak_minutes=soak,
+        soak_share=soak_share, warmup=warmup,
         database_url=database_url, policy=policy, approver_key=approver_key, keep=keep,
         intake_processes=intake_processes, retention=kept,
     )  # fmt: skip

@@ -103,7 +103,7 @@ class HookEndpoint:
         server = AppServer(hook_app(self.gateway, token), self._socket, what="the HTTP hooks")
         await server.start()
         self._server = server
-        (self.data_dir / datadir.HOOK_URL_FILE).write_text(self.url + "\n")
+        datadir.record(self.data_dir, datadir.HOOK_URL_FILE, self.url + "\n")
         log.info(
             "HTTP hooks at %s/hooks/<client> (bearer token in %s); they fail open in the "
             "clients: the command hook (headgate hook) stays the safe default",

@@ -276,10 +276,7 @@ class Service:
                     env={"HEADGATE_NATS_PASSWORD": s.nats_password} if s.nats_password else {},
                 )
                 self.workers.start()
-        if self.embedded is not None:
-            # Clients find the server by this file: written once the API answers, so the
-            # first hook or CLI call that reads it is not refused for "no service answers".
-            (s.data_dir / datadir.URL_FILE).write_text(self.url + "\n")
+        self._record_url()
         if self.health is not None:
             self.health.metrics = ctx.metrics
         # What is alive now (modules, policy, classifier tables, parsers, schemas) lives as
@@ -295,6 +292,13 @@ class Service:
             s.policy_path or "default",
             policy.revision,
         )
+
+    def _record_url(self) -> None:
+        """The embedded server's URL in the data dir, where clients find it: written once the
+        API answers, so the first hook or CLI call that reads it is not refused for "no
+        Headgate service answers"."""
+        if self.embedded is not None:
+            datadir.record(self.settings.data_dir, datadir.URL_FILE, self.url + "\n")
 
     def _bind_hooks(self) -> None:
         s = self.settings

@@ -96,7 +96,7 @@ class Outreach:
         await server.start()
         self.web = server
         ctx.web_url = url.rstrip("/")
-        (s.data_dir / datadir.WEB_URL_FILE).write_text(ctx.web_url + "\n")
+        datadir.record(s.data_dir, datadir.WEB_URL_FILE, ctx.web_url + "\n")
         log.info("web inbox at %s (invite approvers with: headgate web invite NAME)", url)
 
     async def stop(self) -> None:
