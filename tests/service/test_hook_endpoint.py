@@ -233,3 +233,19 @@ async def test_a_hook_arriving_while_serve_starts_waits_for_its_answer(
     head, _, payload = response.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200")
     assert json.loads(payload)["decision"] == "block"
+
+
+async def test_every_answer_is_counted_by_client_and_kind(h: Harness) -> None:
+    await post(h, READ)
+    await post(h, DESTROY)
+    await post(h, WRITE, wait="0", on_pending="defer")
+    await post(h, {**READ, "hook_event_name": "PostToolUse", "tool_response": {}})
+    await post(h, READ, token="wrong")
+    assert h.service.ctx is not None
+    registry = h.service.ctx.metrics.registry
+
+    def answered(kind: str) -> float | None:
+        labels = {"client": "claude-code", "answer": kind}
+        return registry.get_sample_value("headgate_http_hook_answers_total", labels)
+
+    assert [answered(k) for k in ("allow", "deny", "defer", "none", "refused")] == [1] * 5

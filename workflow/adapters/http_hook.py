@@ -19,7 +19,7 @@ import json
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,10 +119,15 @@ class HookGateway:
     the shutdown would be a go-ahead in the client.
     """
 
-    def __init__(self, nc: NATS, *, prefix: str, service_key: str | None = None):
+    def __init__(
+        self, nc: NATS, *, prefix: str, service_key: str | None = None,
+        count: Callable[[str, str], None] | None = None,
+    ):  # fmt: skip
         self.nc = nc
         self.prefix = prefix
         self.service_key = service_key
+        #: Called with (client, answer: allow | deny | defer | none) for each request answered.
+        self.count = count or (lambda client, answer: None)
         self.closing = asyncio.Event()
         self._agents: OrderedDict[tuple[str, str], Headgate] = OrderedDict()
         self._using: dict[tuple[str, str], int] = {}
@@ -199,15 +204,22 @@ class HookGateway:
             call = parse_body(client, body)
             timeout = params.wait + MARGIN
             decided = await self._unless_closing(self.decide(call, params), timeout)
-            return client.http_render(call, decided)
         except Exception as exc:
             if call is not None and call.phase is not Phase.BEFORE:
                 log.warning("HTTP hook (%s %s): %s", client.name, call.event, _describe(exc))
+                self.count(client.name, "none")
                 return {}
             reason = unavailable_reason(_describe(exc))
             log.warning("HTTP hook (%s): blocked a call: %s", client.name, _describe(exc))
-            return client.http_render(call or HookCall(client.name, "", Phase.BEFORE),
-                                      Answer(Action.DENY, reason))  # fmt: skip
+            call = call or HookCall(client.name, "", Phase.BEFORE)
+            decided = Answer(Action.DENY, reason)
+        action = decided.action
+        self.count(client.name, "none" if action is Action.NEUTRAL else action.value)
+        try:
+            return client.http_render(call, decided)
+        except Exception as exc:  # never an error status: the client would go ahead
+            log.exception("HTTP hook (%s): rendering the answer failed", client.name)
+            return {"decision": "block", "reason": unavailable_reason(_describe(exc))}
 
 
 def _describe(exc: BaseException) -> str:

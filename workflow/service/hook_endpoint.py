@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from nats.aio.client import Client as NATS
@@ -25,6 +26,7 @@ from workflow import datadir
 from workflow.adapters.calls import Action, Answer, HookCall, Phase
 from workflow.adapters.http_hook import HTTP_CLIENTS, HookGateway
 from workflow.errors import ConfigError
+from workflow.service.metrics import Metrics
 from workflow.web.server import AppServer, listen
 
 log = logging.getLogger("headgate.hooks")
@@ -48,7 +50,9 @@ def authorized(header: str | None, token: str) -> bool:
     return scheme.lower() == "bearer" and ok
 
 
-def hook_app(gateway: HookGateway, token: str) -> Starlette:
+def hook_app(
+    gateway: HookGateway, token: str, count: Callable[[str, str], None] | None = None
+) -> Starlette:
     """The routes. A request that names a client with HTTP hooks is always answered with a
     200 and a body the client honours — even a wrong token gets a deny rather than a 401,
     which Claude Code would take as "no hook ran"."""
@@ -67,6 +71,8 @@ def hook_app(gateway: HookGateway, token: str) -> Starlette:
                 "header must carry the token in Headgate's data dir (hook.token); Claude Code "
                 "fills $VARIABLES in headers only from those listed in allowedEnvVars."
             )
+            if count is not None:
+                count(client.name, "refused")
             call = HookCall(client.name, "", Phase.BEFORE)
             return JSONResponse(client.http_render(call, Answer(Action.DENY, reason)))
         body = bytearray()
@@ -97,10 +103,19 @@ class HookEndpoint:
         self._server: AppServer | None = None
         self.gateway: HookGateway | None = None
 
-    async def start(self, nc: NATS, *, prefix: str, service_key: str) -> None:
+    async def start(
+        self, nc: NATS, *, prefix: str, service_key: str, metrics: Metrics | None = None
+    ) -> None:
         token, path = datadir.hook_token(self.data_dir)
-        self.gateway = HookGateway(nc, prefix=prefix, service_key=service_key)
-        server = AppServer(hook_app(self.gateway, token), self._socket, what="the HTTP hooks")
+        answers = metrics.hook_answers if metrics is not None else None
+
+        def count(client: str, answer: str) -> None:
+            if answers is not None:
+                answers.labels(client, answer).inc()
+
+        self.gateway = HookGateway(nc, prefix=prefix, service_key=service_key, count=count)
+        server = AppServer(hook_app(self.gateway, token, count), self._socket,
+                           what="the HTTP hooks")  # fmt: skip
         await server.start()
         self._server = server
         datadir.record(self.data_dir, datadir.HOOK_URL_FILE, self.url + "\n")

@@ -309,10 +309,13 @@ class Service:
 
     async def _start_hooks(self, signer: ServiceKey) -> None:
         """The HTTP hooks, on a NATS connection of their own (the agents' traffic)."""
-        if self.hooks is None:
+        if self.hooks is None or self.ctx is None:
             return
         nc = await connect_nats(self.settings, self.url, name="headgate-hooks", nkey=self._nkey)
-        await self.hooks.start(nc, prefix=self.subjects.prefix, service_key=signer.public_key)
+        await self.hooks.start(
+            nc, prefix=self.subjects.prefix, service_key=signer.public_key,
+            metrics=self.ctx.metrics,
+        )  # fmt: skip
 
     async def _start_outreach(self, ctx: ServiceContext) -> None:
         """The web inbox, the notifier and the escalator; on failure nothing is left open."""

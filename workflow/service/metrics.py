@@ -122,6 +122,13 @@ class Metrics:
             ["stage"],
             registry=r,
         )
+        self.hook_answers = Counter(
+            "headgate_http_hook_answers",
+            "HTTP hook requests answered (`serve --hook-listen`), by client and answer: allow, "
+            "deny, defer, none (an after or session event), refused (a wrong bearer token).",
+            ["client", "answer"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
