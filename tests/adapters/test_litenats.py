@@ -363,3 +363,14 @@ def test_server_urls(url: str, parsed: tuple[object, ...]) -> None:
 def test_an_unknown_scheme_is_refused() -> None:
     with pytest.raises(NatsError, match="unsupported NATS URL scheme 'ws'"):
         _server("ws://h:1")
+
+
+def test_the_servers_pings_are_answered_while_waiting(server_with: object) -> None:
+    server = server_with('ping_interval: "100ms"\nping_max: 2\n', "pings")  # type: ignore[operator]
+    with connect(NatsTarget(server.url), name="t", timeout=5) as conn:
+        conn.subscribe("lite.alive")
+        assert conn.next_msg(1.0) is None  # ten pings meanwhile: unanswered, it would be closed
+        conn.publish("lite.alive", b"still here")
+        msg = conn.next_msg(5)
+        assert msg is not None
+        assert msg.data == b"still here"
