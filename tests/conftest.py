@@ -20,6 +20,27 @@ settings.register_profile("headgate", deadline=None, suppress_health_check=[Heal
 settings.load_profile("headgate")
 
 
+#: The suite's own settings, read from the environment of whoever runs it; every other
+#: `HEADGATE_*` variable is the user's configuration of Headgate, which no test may pick up.
+SUITE_SETTINGS = frozenset({"HEADGATE_TEST_POSTGRES_URL", "HEADGATE_AGENT_CLIS"})
+
+
+@pytest.fixture(autouse=True)
+def _isolated_from_the_user_s_headgate(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Each test starts without the configuration of whoever runs the suite: no `HEADGATE_*`
+    variable but the suite's own, and a data dir of its own, empty, in place of the `.headgate/`
+    of the current directory (where a `headgate serve` may have left its URL, credentials and
+    service key, which the clients under test would otherwise find and trust). Subprocesses
+    inherit the same environment. A test of the default data dir changes directory and unsets
+    HEADGATE_DATA_DIR itself."""
+    for name in list(os.environ):
+        if name.startswith("HEADGATE_") and name not in SUITE_SETTINGS:
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HEADGATE_DATA_DIR", str(tmp_path_factory.mktemp("headgate-data")))
+
+
 @pytest.fixture(scope="session")
 def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
     """One nats-server with JetStream for the test session, on free loopback ports."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -42,7 +43,7 @@ def test_the_approval_state_machine_loads_no_parser() -> None:
     assert not any(m.startswith(("tree_sitter", "workflow.classify.shell")) for m in modules)
 
 
-def loaded_by_cli(*argv: str) -> set[str]:
+def loaded_by_cli(*argv: str, cwd: Path | None = None) -> set[str]:
     """The modules a `headgate` command loaded by the time it exited."""
     code = (
         "import atexit, json, sys\n"
@@ -52,7 +53,9 @@ def loaded_by_cli(*argv: str) -> set[str]:
         "from workflow.cli import main\n"
         "main()\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=cwd
+    )
     return set(json.loads(out.stderr.rsplit("MODULES", 1)[1]))
 
 
@@ -69,6 +72,61 @@ def test_help_loads_neither_nats_nor_pydantic_nor_the_service() -> None:
     modules = loaded_by_cli("--help")
     assert "typer" in modules
     assert _found(modules, (*SERVICE_SIDE, "nats", "pydantic", "workflow.messages")) == []
+
+
+UNREACHABLE = ("--nats-url", "nats://127.0.0.1:1")
+#: The commands that talk to a running service, as a person or a script runs them.
+CLIENT_COMMANDS = {
+    "propose": ("propose", "--agent", "a", "--tool", "read_file"),
+    "pending": ("pending",),
+    "approve": ("approve", "rq_x", "--key", "approver.seed"),
+    "reject": ("reject", "rq_x", "--reason", "not now", "--key", "approver.seed"),
+    "show": ("show", "rq_x"),
+    "inbox": ("inbox",),
+    "dead": ("dead",),
+    "grants list": ("grants", "list"),
+}
+#: What a client command never loads: the service side, the database, the parser, and the
+#: modules of the commands it is not (each is imported only when its command runs).
+NOT_FOR_CLIENTS = (
+    *SERVICE_SIDE,
+    "faststream",
+    "workflow.classify.shell",
+    "workflow.cli.serve",
+    "workflow.cli.offline",
+    "workflow.cli.backtest",
+    "workflow.cli.policy_cmds",
+    "workflow.cli.bench",
+    "workflow.cli.hook",
+    "workflow.cli.web",
+    "workflow.cli.inbox_view",
+)
+
+
+@pytest.mark.parametrize("command", CLIENT_COMMANDS)
+def test_a_client_command_loads_nothing_of_the_service_nor_of_the_other_commands(
+    command: str, tmp_path: Path
+) -> None:
+    from workflow.signing import ApproverKey
+
+    ApproverKey.generate().write(tmp_path / "approver.seed")  # so approve gets to connecting
+    modules = loaded_by_cli(*CLIENT_COMMANDS[command], *UNREACHABLE, cwd=tmp_path)
+    assert "nats" in modules  # it got as far as connecting
+    assert _found(modules, NOT_FOR_CLIENTS) == []
+
+
+def test_proposing_without_waiting_loads_neither_the_agent_sdk_nor_the_approvers_side(
+    tmp_path: Path,
+) -> None:
+    modules = loaded_by_cli(*CLIENT_COMMANDS["propose"], *UNREACHABLE, cwd=tmp_path)
+    assert _found(modules, ("workflow.client.agent", "workflow.client.approver")) == []
+
+
+def test_a_command_s_help_loads_that_command_alone() -> None:
+    modules = loaded_by_cli("propose", "--help")
+    assert "workflow.cli.calls" in modules
+    others = ("workflow.cli.serve", "workflow.cli.offline", "workflow.cli.policy_cmds")
+    assert _found(modules, (*SERVICE_SIDE, *others, "nats", "workflow.messages")) == []
 
 
 def test_propose_loads_the_wire_models_and_nats_but_nothing_of_the_service() -> None:

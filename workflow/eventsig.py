@@ -89,6 +89,13 @@ def pinned_key(
     """The service key given explicitly, in the environment or in the data dir; None if none.
 
     ConfigError when the one found is not a service key (a typo must not disable the check)."""
+    return pinned_key_from(key, data_dir=data_dir, env=env)[0]
+
+
+def pinned_key_from(
+    key: str | None, *, data_dir: Path | str | None, env: Mapping[str, str] | None
+) -> tuple[str | None, str]:
+    """`pinned_key` and where it was found (for the error that names it)."""
     env = os.environ if env is None else env
     origin = "the service key given"
     if not key:
@@ -98,7 +105,7 @@ def pinned_key(
         try:
             key, origin = path.read_text().strip() or None, str(path)
         except OSError:
-            return None
+            return None, origin
     if key is not None and not is_service_key(key):
         raise ConfigError(f"{origin} is not a service public key (N…, 56 characters): {key!r}")
-    return key
+    return key, origin

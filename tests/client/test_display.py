@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from tests.client.support import guarded_service
 from tests.service.helpers import propose
 from workflow.cli.inbox import inbox
-from workflow.cli.inbox_view import DOWN, ENTER, ESCAPE, UP, InboxState, parse_keys, render
+from workflow.cli.inbox_render import DOWN, ENTER, ESCAPE, UP, InboxState, render
+from workflow.cli.inbox_view import parse_keys
 from workflow.client.display import (
     MASK,
     is_secret_key,

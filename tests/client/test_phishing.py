@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 from tests.client.support import KEYS, guarded_service
 from tests.service.helpers import unique_prefix
 from workflow.cli.calls import approve
-from workflow.cli.inbox_view import Action, _decide
+from workflow.cli.inbox_render import Action
+from workflow.cli.inbox_view import _decide
 from workflow.client import Approver
 from workflow.client.trust import SERVICE_KEY_ENV
 from workflow.client.verify import DigestMismatch

@@ -13,18 +13,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 
 from tests.client.support import KEYS, guarded_service
 from tests.service.helpers import Harness, decision, send_decision
-from workflow.client import Approver, Headgate
-from workflow.client.trust import SERVICE_KEY_ENV, pinned_key
+from workflow.client import Approver, Headgate, transport
+from workflow.client.trust import SERVICE_KEY_ENV, NotFromService, pinned_key, use_data_dir
 from workflow.datadir import SERVICE_KEY_FILE, SERVICE_SEED_FILE
 from workflow.errors import ConfigError
 from workflow.messages import (
     ApprovalRequirement,
     Classification,
     InboxItem,
+    PendingQuery,
+    PendingReply,
     Proposal,
     Reason,
     Released,
@@ -106,6 +109,28 @@ async def test_serve_writes_its_public_key_and_answers_with_it(
     async with guarded_service(nats_url, tmp_path) as h:
         assert h.service.ctx is not None
         assert h.service.ctx.signer.public_key == public
+
+
+async def test_a_key_that_does_not_verify_names_the_data_dir_it_was_read_from(
+    nats_url: str, tmp_path: Path
+) -> None:
+    # The data dir of another (or an earlier) `headgate serve`: its service.pub is not the key
+    # of the service that answers. The error says where the key came from and what to change.
+    stale = tmp_path / "stale"
+    stale.mkdir()
+    (stale / SERVICE_KEY_FILE).write_text(ServiceKey.generate().public_key + "\n")
+    async with guarded_service(nats_url, tmp_path / "svc") as h:
+        nc = await nats.connect(nats_url)
+        try:
+            use_data_dir(nc, stale)
+            with pytest.raises(NotFromService) as refused:
+                await transport.ask(nc, h.subjects.api("pending"), PendingQuery(), PendingReply)
+        finally:
+            await nc.close()
+    message = str(refused.value)
+    assert f"read from {stale / SERVICE_KEY_FILE}" in message
+    assert "the data dir of another `headgate serve`" in message
+    assert "HEADGATE_SERVICE_KEY" in message
 
 
 async def test_a_configured_seed_is_the_service_key(nats_url: str, tmp_path: Path) -> None:

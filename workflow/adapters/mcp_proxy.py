@@ -294,7 +294,7 @@ async def _serve(options: ProxyOptions) -> None:
     async with (
         Headgate.connect(
             target, agent=options.agent, workspace=options.workspace, prefix=options.prefix,
-            connect_timeout=options.connect_timeout,
+            connect_timeout=options.connect_timeout, data_dir=options.data_dir,
         ) as hg,
         _upstream_transport(options) as (read, write),
         ClientSession(read, write) as session,

@@ -414,7 +414,7 @@ async def soak(rig: Rig, config: BenchConfig, reporter: Reporter) -> dict[str, A
     load = Load(subject_for=rig.subjects.proposals, mix=config.mix, count=None, duration=seconds,
                 rate=rate, window=config.window, tag=f"{rig.tag}s{rig.phase_no}",
                 seed=rig.phase_no)  # fmt: skip
-    share = "half" if config.rate is None else f"{rate / max(max_tp, 1.0):.2f} ×"
+    share = "half" if config.rate is None else f"{rate / max(max_tp, 1.0):.2f} × the max"
     reporter.say(f"soak: {config.soak_minutes:g} min at {rate:.0f}/s ({share} of {max_tp:.0f}/s)")
     reporter.phase("soak", int(rate * seconds))
     cpu0 = rig.service.usage().cpu

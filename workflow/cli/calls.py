@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from workflow.cli import controls
 from workflow.cli.common import (
     CLI_CONNECT_TIMEOUT,
     DEFAULT_DATA_DIR,
@@ -21,6 +20,7 @@ from workflow.cli.common import (
     KeyOpt,
     NatsUrl,
     Prefix,
+    ScopeOpt,
     api_call,
     connected,
     console,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
-    from workflow.cli.inbox_view import render_entries
+    from workflow.cli import controls
     from workflow.client import transport
     from workflow.client.agent import Headgate
     from workflow.client.approver import Approver
@@ -64,33 +64,36 @@ if TYPE_CHECKING:
 
 
 def _agent_runtime() -> None:
-    """Import what `propose` uses, when it runs: the agent SDK and the wire models, not the
-    approver's side (`headgate --help` and the CLI's start load none of it; see
-    `workflow.cli.common`)."""
+    """Import what `propose` uses, when it runs: the wire model and a JetStream publish, not
+    the agent SDK (only `--wait` follows the call) nor the approver's side (`headgate --help`
+    and the CLI's start load none of it; see `workflow.cli.common`)."""
     from pydantic import ValidationError  # noqa: F401
 
     from workflow.client import transport  # noqa: F401
+    from workflow.client.connection import Role  # noqa: F401
+    from workflow.messages import Proposal  # noqa: F401
+
+    globals().update(locals())
+
+
+def _wait_runtime() -> None:
+    """What `propose --wait` adds: the agent SDK, which follows the call to its outcome."""
     from workflow.client.agent import Headgate  # noqa: F401
-    from workflow.client.connection import Role, resolve_nats  # noqa: F401
+    from workflow.client.connection import resolve_nats  # noqa: F401
     from workflow.client.display import mask_text  # noqa: F401
     from workflow.client.errors import NotProcessed, ResultTimeout  # noqa: F401
-    from workflow.messages import Proposal, Released  # noqa: F401
+    from workflow.messages import Released  # noqa: F401
 
     globals().update(locals())
 
 
 def _runtime() -> None:
-    """Import what the approver's commands use, when one runs."""
-    _agent_runtime()
-    from pydantic import ValidationError  # noqa: F401
+    """Import what the approver's commands use, when one runs (the live inbox and the grant
+    and batch modes of `approve` are imported by those alone)."""
     from rich.table import Table  # noqa: F401
     from rich.text import Text  # noqa: F401
 
-    from workflow.cli.inbox_view import render_entries  # noqa: F401
-    from workflow.client import transport  # noqa: F401
-    from workflow.client.agent import Headgate  # noqa: F401
     from workflow.client.approver import Approver  # noqa: F401
-    from workflow.client.connection import Role, resolve_nats  # noqa: F401
     from workflow.client.display import (  # noqa: F401
         INTENT_LABEL,
         intent_text,
@@ -99,16 +102,13 @@ def _runtime() -> None:
         masked_history,
         target_of,
     )
-    from workflow.client.errors import NotProcessed, ResultTimeout  # noqa: F401
     from workflow.client.verify import ShownRequest, check_digest  # noqa: F401
     from workflow.messages import (  # noqa: F401
         DecisionVerdict,
         GetQuery,
         PendingQuery,
         PendingReply,
-        Proposal,
         ProposalHistory,
-        Released,
     )
 
     globals().update(locals())
@@ -157,6 +157,8 @@ def propose(
     import asyncio
 
     _agent_runtime()
+    if wait is not None:
+        _wait_runtime()
     arguments = parse_json_option(args, "--args")
     if not isinstance(arguments, dict):
         raise ConfigError('--args must be a JSON object, e.g. \'{"path": "x"}\'')
@@ -203,7 +205,7 @@ async def _propose(
     try:
         client = Headgate.connect(
             target, agent=proposal.agent, workspace=proposal.workspace, prefix=subjects.prefix,
-            connect_timeout=CLI_CONNECT_TIMEOUT,
+            connect_timeout=CLI_CONNECT_TIMEOUT, data_dir=data_dir,  # its service.pub is trusted
         )  # fmt: skip
         async with client as hg:
             return await _follow(hg, proposal, wait, json_out)
@@ -276,6 +278,7 @@ def pending(
     import asyncio
 
     _runtime()
+    from workflow.cli.inbox_render import render_entries
 
     async def run() -> PendingReply:
         async with connected(nats_url, data_dir) as nc:
@@ -309,6 +312,8 @@ def _decide(
     changes: dict[str, object] | None = None,
 ) -> None:
     import asyncio
+
+    from workflow.cli import controls
 
     signer = load_key(key, data_dir)
     subjects = Subjects(prefix)
@@ -380,7 +385,7 @@ def approve(
             "needs more than one approval.",
         ),
     ] = None,
-    scope: controls.ScopeOpt = None,
+    scope: ScopeOpt = None,
     command_prefix: Annotated[
         str | None,
         typer.Option("--prefix", help="Command-prefix grant: the words a command starts with."),
@@ -431,6 +436,8 @@ def approve(
     matching pending request (one signed decision each, after confirmation).
     """
     _runtime()
+    from workflow.cli import controls
+
     changes = None
     if edit is not None:
         changes = parse_json_option(edit, "--edit")

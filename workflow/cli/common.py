@@ -25,9 +25,10 @@ if TYPE_CHECKING:
     from workflow.signing import ApproverKey
     from workflow.subjects import Subjects
 
-# The CLI starts light: `headgate --help` imports typer, rich and the command modules, not NATS,
-# pydantic, the SDKs, the classifier or the service. Each command imports what it uses when it
-# runs (measured with `python -X importtime`; see the README's Development section).
+# The CLI starts light: a command imports its own module alone (`workflow.cli.COMMANDS`), and
+# `headgate --help` the command modules, not NATS, pydantic, the SDKs, the classifier or the
+# service. Each command imports what it uses when it runs, the client commands nothing of the
+# service side (measured with `python -X importtime`; see the README's Development section).
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
@@ -54,6 +55,15 @@ NatsUrl = Annotated[
 ]
 Prefix = Annotated[str, typer.Option("--prefix", envvar="HEADGATE_PREFIX", help="Subject prefix.")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+ScopeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--scope",
+        help="What the grant covers: `command-prefix` (default for a command: the call's argv), "
+        "`path` (default for a file call: its directory and below) or `tool` (any call of the "
+        "tool that carries no command).",
+    ),
+]
 
 DEFAULT_DATA_DIR = Path(".headgate")
 

@@ -33,16 +33,6 @@ if TYPE_CHECKING:
 
 grants_app = typer.Typer(help="Approvers' grants: list and revoke.", no_args_is_help=True)
 
-ScopeOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--scope",
-        help="What the grant covers: `command-prefix` (default for a command: the call's argv), "
-        "`path` (default for a file call: its directory and below) or `tool` (any call of the "
-        "tool that carries no command).",
-    ),
-]
-
 
 def parse_ttl(text: str) -> timedelta:
     from workflow.policy.durations import parse_duration

@@ -1,6 +1,7 @@
 """`headgate inbox`: pending requests in a live terminal view; approve or reject with keys.
 
-The view itself is `workflow.cli.inbox_view`, imported when the command runs.
+What it shows is `workflow.cli.inbox_render`, and the live view `workflow.cli.inbox_view`,
+each imported when the command runs (the live one only with --watch).
 """
 
 from __future__ import annotations
@@ -43,11 +44,10 @@ def inbox(
     """Pending requests, newest first, secrets masked. --watch: live, with keys to decide."""
     import asyncio
 
-    from workflow.cli.inbox_view import InboxState, KeyLoader, fetch, render, watch_inbox
+    from workflow.cli.inbox_render import InboxState, fetch, render
     from workflow.client.approver import Approver
 
     workspaces = list(workspace or [])
-    load_key = KeyLoader(key, data_dir)
     interactive = watch and sys.stdin.isatty()
 
     async def run() -> None:
@@ -59,6 +59,9 @@ def inbox(
                 state.update(await fetch(client, workspaces, limit))
                 console.print(render(state, datetime.now(UTC), interactive=False))
                 return
+            from workflow.cli.inbox_view import KeyLoader, watch_inbox
+
+            load_key = KeyLoader(key, data_dir)
             with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
                 await watch_inbox(
                     client, workspaces, limit, interval, console, interactive, load_key

@@ -261,11 +261,12 @@ def audit_verify(
     checked too: they must chain up to the anchor's record and hash."""
     import asyncio
 
-    from workflow.store.archive import read_jsonl
+    from workflow.store.archive import iter_jsonl
     from workflow.store.chain import ChainCheck, verify_archive
     from workflow.store.repo import Store
 
-    archived = [row for path in archive or [] for row in read_jsonl(path)]
+    # Read as they are checked, a record at a time: archives of any size.
+    archived = (row for path in archive or [] for row in iter_jsonl(path))
 
     async def run() -> tuple[ChainCheck, ChainCheck | None]:
         store = await Store.open(_db_url(database_url, data_dir))
@@ -337,24 +338,21 @@ def audit_export(
 ) -> None:
     """Write audit records as JSON Lines (their stored fields, so the hashes can be checked
     from the file alone with `audit verify --archive`): an archive before records are pruned,
-    or a copy for another system."""
+    or a copy for another system. Records are read and written a batch at a time: memory
+    stays the same however long the chain is."""
     import asyncio
 
-    from workflow.store.archive import write_jsonl
+    from workflow.store.archive import export_jsonl
     from workflow.store.repo import Store
 
     async def run() -> int:
         store = await Store.open(_db_url(database_url, data_dir))
         try:
             start = after if after is not None else (await store.audit.anchor())[0]
-            rows = [
-                r
-                for r in await store.audit.rows(after_seq=start)
-                if through is None or r.seq <= through
-            ]
+            batches = store.audit.batches(after_seq=start, through_seq=through)
+            return await export_jsonl(out, batches)
         finally:
             await store.close()
-        return await asyncio.to_thread(write_jsonl, out, rows)
 
     if not out.parent.is_dir():
         raise ConfigError(f"cannot write {out}: the directory {out.parent} does not exist")
@@ -380,14 +378,12 @@ def audit_tail(
     async def run() -> None:
         store = await Store.open(_db_url(database_url, data_dir))
         try:
-            rows = await store.audit.rows()
-            rows = rows[-lines:]
+            rows = await store.audit.last(lines)  # the newest rows alone, not the table
             last = rows[-1].seq if rows else 0
             _print_audit(rows, json_out)
             while follow:
                 await asyncio.sleep(1.0)
-                new = await store.audit.rows(after_seq=last)
-                if new:
+                async for new in store.audit.batches(after_seq=last, batch=1000):
                     _print_audit(new, json_out)
                     last = new[-1].seq
         finally:

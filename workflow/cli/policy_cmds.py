@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
+from workflow.cli.backtest import backtest
 from workflow.cli.common import (
     DEFAULT_DATA_DIR,
     DataDir,
@@ -330,3 +331,8 @@ async def _seen_tools(data_dir: Path, database_url: str | None) -> list[CatalogT
         if p.tool_definition is not None:
             latest[p.tool] = CatalogTool(p.tool, p.tool_definition)
     return list(latest.values())
+
+
+# `policy backtest` replays the audit log against a policy: a module of its own (it reads the
+# database), listed after `check` and `show` as before.
+policy_app.command("backtest")(backtest)

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING
 
 from workflow.errors import ConnectError
 from workflow.eventsig import SERVICE_KEY_ENV as SERVICE_KEY_ENV
-from workflow.eventsig import SIGNER_HEADER, is_service_key, verify_event
+from workflow.eventsig import SIGNER_HEADER, is_service_key, pinned_key_from, verify_event
 from workflow.eventsig import pinned_key as pinned_key
+from workflow.nats_target import SERVICE_KEY_FILE
 
 if TYPE_CHECKING:
     from nats.aio.client import Client as NATS
@@ -50,10 +51,13 @@ class NotFromService(ConnectError):
 class ServiceTrust:
     """The key a connection trusts for one subject prefix, and the checks made with it."""
 
-    def __init__(self, nc: NATS, prefix: str, key: str | None = None):
+    def __init__(self, nc: NATS, prefix: str, key: str | None = None, origin: str | None = None):
         self.nc = nc
         self.prefix = prefix
         self._key = key
+        #: Where the key was found (a `service.pub` path, the environment variable); None
+        #: when it is learnt from the service.
+        self._origin = origin if key is not None else None
         self._lock = asyncio.Lock()
 
     @property
@@ -105,8 +109,24 @@ class ServiceTrust:
             "no service signature"
             if not headers or "Headgate-Signature" not in headers
             else f"signed by {signer or 'another key'}, not by the service key {self._key}"
+            f"{self._whence()}"
         )
         raise NotFromService(subject, why)
+
+    def _whence(self) -> str:
+        """Where the trusted key came from, and what to change when it is another service's:
+        a data dir where an earlier or another `headgate serve` ran is the usual cause."""
+        if self._origin is None:
+            return ", learnt from the service when this client connected"
+        if self._origin.endswith(SERVICE_KEY_FILE):
+            return (
+                f" read from {self._origin}: is that the data dir of another `headgate serve`? "
+                f"Use this service's (--data-dir, HEADGATE_DATA_DIR) or pin its key "
+                f"({SERVICE_KEY_ENV})"
+            )
+        if self._origin == SERVICE_KEY_ENV:
+            return f" set in {SERVICE_KEY_ENV}"
+        return " the client was given"
 
 
 _TRUST: weakref.WeakKeyDictionary[NATS, dict[str, ServiceTrust]] = weakref.WeakKeyDictionary()
@@ -129,5 +149,6 @@ def trust_for(
     if data_dir is None:
         data_dir = _DATA_DIRS.get(nc)
     if found is None or (key is not None and found.known != key):
-        found = per_prefix[prefix] = ServiceTrust(nc, prefix, pinned_key(key, data_dir=data_dir))
+        pinned, origin = pinned_key_from(key, data_dir=data_dir, env=None)
+        found = per_prefix[prefix] = ServiceTrust(nc, prefix, pinned, origin)
     return found

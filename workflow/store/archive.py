@@ -8,9 +8,10 @@ recomputed from the file alone.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -39,6 +40,28 @@ def write_jsonl(path: Path, rows: Iterable[AuditRow]) -> int:
     return count
 
 
+async def export_jsonl(path: Path, batches: AsyncIterable[Sequence[AuditRow]]) -> int:
+    """`write_jsonl` of records read a batch at a time (`AuditLog.batches`): the file is
+    written as they come, so memory stays that of one batch; returns how many were written.
+    Nothing is left at `path` when reading fails (the partial file is removed)."""
+    partial = path.with_name(path.name + ".partial")
+    count = 0
+    try:
+        with partial.open("w", encoding="utf-8") as out:
+            async for rows in batches:
+                text = "".join(jsonl(row) for row in rows)
+                await asyncio.to_thread(out.write, text)
+                count += len(rows)
+            out.flush()
+            await asyncio.to_thread(os.fsync, out.fileno())
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    partial.replace(path)
+    _sync_dir(path.parent)
+    return count
+
+
 def archive_file(directory: Path, rows: Sequence[AuditRow]) -> Path:
     """Archive a pruned prefix of the chain as `audit-<first>-<last>.jsonl` in `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -49,21 +72,25 @@ def archive_file(directory: Path, rows: Sequence[AuditRow]) -> Path:
 
 def read_jsonl(path: Path) -> list[AuditRow]:
     """The records of an export or archive; a clear error naming the file and line."""
-    rows: list[AuditRow] = []
+    return list(iter_jsonl(path))
+
+
+def iter_jsonl(path: Path) -> Iterator[AuditRow]:
+    """`read_jsonl` one record at a time (an export of any size in constant memory)."""
     try:
         with path.open(encoding="utf-8") as src:
             for n, line in enumerate(src, 1):
                 if not line.strip():
                     continue
                 try:
-                    rows.append(AuditRow.model_validate(json.loads(line)))
+                    row = AuditRow.model_validate(json.loads(line))
                 except (ValueError, ValidationError) as exc:
                     raise ConfigError(
                         f"{path}, line {n}: not an audit record ({str(exc).splitlines()[0]})"
                     ) from exc
+                yield row
     except OSError as exc:
         raise ConfigError(f"cannot read the audit archive {path}: {exc.strerror}") from exc
-    return rows
 
 
 def _sync_dir(directory: Path) -> None:

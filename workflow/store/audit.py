@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import NamedTuple
@@ -21,7 +21,7 @@ from workflow.store.chain import (
     verify_chain,
 )
 from workflow.store.engine import Database
-from workflow.store.pgpath import Insert
+from workflow.store.pgpath import Head, Insert
 from workflow.store.tables import AUDIT, AUDIT_ANCHOR, AUDIT_HEAD
 
 #: The length of the `actor` column.
@@ -58,10 +58,12 @@ class AuditLog:
         entries: Sequence[AuditEntry],
         now: datetime,
         also: Sequence[Insert] = (),
+        head: Head | None = None,
     ) -> None:
         """Append `entries` inside the caller's transaction, chained after the head; insert
         the rows of `also` with them (on PostgreSQL all in one statement with the head's
-        move: one round trip)."""
+        move: one round trip). `head`: the head as the caller's transaction already locked
+        it (PostgreSQL, `pgpath.PgStatements`)."""
         pg = self.db.pg_inserts
         if not entries:
             if pg is not None:
@@ -70,11 +72,13 @@ class AuditLog:
                 for insert in also:
                     self.db.insert_rows(conn, insert.table, insert.rows, ignore=insert.ignore)
             return
-        if self.db.fast:  # the write lock already serialises appends
+        if head is not None:
+            seq, prev = head
+        elif self.db.fast:  # the write lock already serialises appends
             seq, prev = fastpath.audit_head(conn)
         else:  # replicas append concurrently: lock the head row
-            head = conn.execute(_HEAD_FOR_UPDATE).one()
-            seq, prev = int(head[0]), str(head[1])
+            locked = conn.execute(_HEAD_FOR_UPDATE).one()
+            seq, prev = int(locked[0]), str(locked[1])
         at = now.isoformat()
         rows = []
         for entry in entries:
@@ -123,6 +127,29 @@ class AuditLog:
         # (SQLite keeps a string longer than its column's declared length).
         return [schema.AuditRow.model_construct(**r._mapping) for r in rows]
 
+    async def batches(
+        self, *, after_seq: int = 0, through_seq: int | None = None, batch: int = 500
+    ) -> AsyncIterator[list[schema.AuditRow]]:
+        """The records after `after_seq` (up to `through_seq`) in order, `batch` at a time:
+        one indexed range read per batch, so memory stays that of one batch however long
+        the chain is."""
+        after = after_seq
+        while through_seq is None or after < through_seq:
+            limit = batch if through_seq is None else min(batch, through_seq - after)
+            rows = await self.rows(after_seq=after, limit=limit)
+            if not rows:
+                return
+            yield rows
+            after = rows[-1].seq
+
+    async def last(self, count: int) -> list[schema.AuditRow]:
+        """The newest `count` records, oldest first (read backwards along the key: the
+        newest rows alone, however long the chain is)."""
+        query = select(AUDIT).order_by(AUDIT.c.seq.desc()).limit(count)
+        async with self.db.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [schema.AuditRow.model_construct(**r._mapping) for r in reversed(rows)]
+
     async def anchor(self) -> tuple[int, str]:
         """Where the stored chain starts: the last pruned record's sequence number and hash
         (0 and the genesis hash when nothing was pruned)."""
@@ -130,7 +157,7 @@ class AuditLog:
             row = (await conn.execute(select(AUDIT_ANCHOR.c.seq, AUDIT_ANCHOR.c.hash))).first()
         return (int(row.seq), str(row.hash)) if row is not None else (0, GENESIS)
 
-    async def verify(self, batch: int = 5000) -> ChainCheck:
+    async def verify(self, batch: int = 1000) -> ChainCheck:
         """Check the whole stored chain in batches, from its anchor: that the head row matches
         its end and, once records were pruned, that an `audit.pruned` record in the chain
         confirms the anchor (records removed from the start are detected, not mistaken for a
@@ -144,10 +171,7 @@ class AuditLog:
                 False, result.checked, result.first_bad_seq, result.problem, anchor_seq
             )
 
-        while True:
-            rows = await self.rows(after_seq=after, limit=batch)
-            if not rows:
-                break
+        async for rows in self.batches(after_seq=anchor_seq, batch=batch):
             if rows[0].seq != after + 1:
                 return fail(
                     ChainCheck(False, checked, after + 1, f"record {after + 1} is missing.")

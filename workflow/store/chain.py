@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -101,28 +102,38 @@ def verify_archive(
 ) -> ChainCheck:
     """Check archived records (one or several consecutive archives, in order): they chain
     from their first record's predecessor (the genesis when they start at record 1), and the
-    record at `anchor`'s sequence number, when they hold it, has the anchor's hash."""
-    listed = list(records)
-    if not listed:
+    record at `anchor`'s sequence number, when they hold it, has the anchor's hash. One pass
+    over `records`, which may be a stream of any length."""
+    stream = iter(records)
+    first = next(stream, None)
+    if first is None:
         return ChainCheck(True, 0)
-    first = listed[0]
     if first.seq == 1 and first.prev_hash != GENESIS:
         return ChainCheck(False, 0, 1, "record 1 does not start from the genesis hash.")
-    result = verify_chain(listed, start_hash=first.prev_hash)
+    seen: dict[str, ChainedRecord] = {}
+
+    def watched() -> Iterator[ChainedRecord]:
+        for rec in itertools.chain((first,), stream):
+            seen["last"] = rec
+            if anchor is not None and rec.seq == anchor[0]:
+                seen["anchor"] = rec
+            yield rec
+
+    result = verify_chain(watched(), start_hash=first.prev_hash)
     if not result.ok or anchor is None:
         return result
     seq, digest = anchor
-    at_anchor = [r for r in listed if r.seq == seq]
-    if at_anchor and at_anchor[0].hash != digest:
+    at_anchor, last = seen.get("anchor"), seen["last"]
+    if at_anchor is not None and at_anchor.hash != digest:
         return ChainCheck(
             False, result.checked, seq, f"record {seq} does not have the anchor's hash."
         )
-    if not at_anchor and listed[-1].seq < seq:
+    if at_anchor is None and last.seq < seq:
         return ChainCheck(
             False,
             result.checked,
-            listed[-1].seq + 1,
-            f"the archive ends at record {listed[-1].seq}, before the anchor ({seq}): records "
-            f"{listed[-1].seq + 1}–{seq} are in no archive given.",
+            last.seq + 1,
+            f"the archive ends at record {last.seq}, before the anchor ({seq}): records "
+            f"{last.seq + 1}–{seq} are in no archive given.",
         )
     return result

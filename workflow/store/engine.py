@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import URL, Connection, Engine, Table, event, make_url, select
@@ -22,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from workflow.errors import ConfigError
 from workflow.store.fastpath import SqliteInserts
 from workflow.store.migrations import migrate
-from workflow.store.pgpath import PgInserts
+from workflow.store.pgpath import PgInserts, PgStatements
 from workflow.store.priority import PriorityLock
 from workflow.store.sqlite_writer import SqliteWriteLock, WalCheckpointer
 
@@ -169,6 +170,8 @@ class Database:
         self.gate = self._write_lock.local if self._write_lock is not None else PriorityLock()
         #: PostgreSQL: a transaction's inserts in one statement (see `pgpath`); None on SQLite.
         self.pg_inserts = PgInserts() if self.dialect == "postgresql" else None
+        #: PostgreSQL: the first statement of the intake's and the collector's transactions.
+        self.pg_statements = PgStatements() if self.dialect == "postgresql" else None
         #: SQLite: the DB-API inserts (see `fastpath`); None on PostgreSQL.
         self.sqlite_inserts = SqliteInserts() if self.dialect == "sqlite" else None
         self._core_inserts: dict[tuple[str, bool], Any] = {}
@@ -224,6 +227,23 @@ class Database:
             )
             self._core_inserts[key] = statement
         conn.execute(statement, [r._asdict() for r in rows])
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite database file; None on PostgreSQL and in memory."""
+        writer = self._sync_writer
+        return Path(str(writer.url.database)) if writer is not None else None
+
+    @asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """Hold the writer for work outside a transaction (SQLite's `VACUUM`): every writer
+        of the database's processes waits meanwhile."""
+        if self._write_lock is None:
+            async with self.gate.hold():
+                yield
+            return
+        async with self._write_lock.hold():
+            yield
 
     @asynccontextmanager
     async def _write(

@@ -1,11 +1,17 @@
-"""The PostgreSQL fast path: a transaction's inserts and its audit chain's new head in one
-statement, so one round trip to the server instead of one per table and one more for the head.
+"""The PostgreSQL fast path: every write transaction of the hot paths is two statements,
+so BEGIN, two round trips and COMMIT whatever the batch's size.
+
+1. `PgStatements`: what must be known before the audit records can be chained — the intake's
+   proposals insert (which ids were new, the digests of those already stored), or the
+   collector's decisions, version-checked request updates and proposal statuses (which nonces
+   were new, which requests moved) — together with the audit head's `FOR UPDATE`.
+2. `PgInserts.run`: the rows that follow (requests, outcomes, outbox, audit) and the head's
+   move to the new end of the chain.
 
 Each table's rows go in as one array per column, expanded by `unnest` inside a data-modifying
-`WITH` clause; the chain head's `UPDATE` is the statement's main clause. PostgreSQL runs all
-of them in the one statement, atomically with the rest of the transaction. The statements are
-built once per table set and column set (`text`, prepared by asyncpg and cached per
-connection). SQLite keeps `workflow.store.fastpath`.
+`WITH` clause. PostgreSQL runs all of them in the one statement, atomically with the rest of
+the transaction. The statements are built once per table set and column set (`text`,
+prepared by asyncpg and cached per connection). SQLite keeps `workflow.store.fastpath`.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Table, TextClause, text
 from sqlalchemy.dialects import postgresql
+
+from workflow.effects import DecisionRecord
+from workflow.store import schema
 
 _DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
 
@@ -92,3 +101,175 @@ class PgInserts:
         )
         prefix = f"WITH {', '.join(clauses)} " if clauses else ""
         return text(prefix + main)
+
+
+# --------------------------------------------------------------------------- locking the head
+
+
+class Head(NamedTuple):
+    """The audit chain's head as a statement locked it (`FOR UPDATE`): the appends of the
+    transaction chain after it."""
+
+    seq: int
+    hash: str
+
+
+_HEAD_CTE = "head AS (SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE)"
+_HEAD_ROW = "SELECT 9, CAST(seq AS VARCHAR), hash FROM head"
+
+
+class ProposalsInserted(NamedTuple):
+    new: set[str]
+    existing_digests: dict[str, str]
+    head: Head
+
+
+class StepsApplied(NamedTuple):
+    new_nonces: set[str]
+    moved_requests: set[str]
+    head: Head
+
+
+def _unnest(prefix: str, table: Table, columns: Sequence[str]) -> str:
+    return ", ".join(
+        f"CAST(:{prefix}_{k} AS {_array_type(table, c)})" for k, c in enumerate(columns)
+    )
+
+
+def _arrays(prefix: str, rows: Sequence[Sequence[Any]], width: int) -> dict[str, list[Any]]:
+    return {f"{prefix}_{k}": [_value(row[k]) for row in rows] for k in range(width)}
+
+
+def _head(row: Any) -> Head:
+    return Head(int(row[1]), str(row[2]))
+
+
+class PgStatements:
+    """The intake's and the collector's first statement of a transaction, each one round trip
+    that also locks the audit chain's head (the second statement is `PgInserts.run`).
+
+    The sub-statements of a `WITH` clause run on one snapshot; the `UNION ALL` of the main
+    query reads them in order, so rows are written before the head is locked, the order the
+    writers always took (no new lock-order deadlock between replicas)."""
+
+    def __init__(self) -> None:
+        self._proposals: Table = schema.ProposalRow.__table__  # type: ignore[attr-defined]
+        self._decisions: Table = schema.DecisionRow.__table__  # type: ignore[attr-defined]
+        self._requests: Table = schema.RequestRow.__table__  # type: ignore[attr-defined]
+        self._by_columns: dict[tuple[str, ...], TextClause] = {}
+        self._steps: TextClause | None = None
+
+    def insert_proposals(self, conn: Connection, rows: Sequence[NamedTuple]) -> ProposalsInserted:
+        """Insert the proposals whose id is new, read the digests of those already stored and
+        lock the audit head, in one statement. An id a concurrent transaction inserted and
+        committed while this one waited is in neither set: the caller reads it."""
+        columns = tuple(rows[0]._fields)
+        statement = self._by_columns.get(columns)
+        if statement is None:
+            statement = self._by_columns[columns] = self._build_proposals(columns)
+        params = _arrays("p", rows, len(columns))
+        new: set[str] = set()
+        existing: dict[str, str] = {}
+        head = None
+        for row in conn.execute(statement, params):
+            if row[0] == 0:
+                new.add(row[1])
+            elif row[0] == 1:
+                existing[row[1]] = row[2]
+            else:
+                head = _head(row)
+        assert head is not None, "the audit head row is missing"
+        return ProposalsInserted(new, existing, head)
+
+    def _build_proposals(self, columns: tuple[str, ...]) -> TextClause:
+        table = self._proposals.name
+        ids = f"CAST(:p_{columns.index('id')} AS {_array_type(self._proposals, 'id')})"
+        return text(
+            f"WITH ins AS (INSERT INTO {table} ({', '.join(columns)}) "
+            f"SELECT * FROM unnest({_unnest('p', self._proposals, columns)}) "
+            "ON CONFLICT (id) DO NOTHING RETURNING id), "
+            f"old AS (SELECT id, digest FROM {table} WHERE id = ANY({ids})), {_HEAD_CTE} "
+            "SELECT 0, id, CAST(NULL AS VARCHAR) FROM ins "
+            f"UNION ALL SELECT 1, id, digest FROM old UNION ALL {_HEAD_ROW}"
+        )
+
+    def apply_steps(
+        self,
+        conn: Connection,
+        decisions: Sequence[DecisionRecord],
+        steps: Sequence[StepRow],
+    ) -> StepsApplied:
+        """Record the decisions whose nonce is new; apply each step whose nonce is new (or
+        that has none): its version-checked request update and its proposal's status; lock
+        the audit head. One statement; it reports the new nonces and the requests it moved
+        (a step whose request was at another version moved nothing: the caller rolls back)."""
+        if self._steps is None:
+            self._steps = self._build_steps()
+        params = {
+            **_arrays("d", decisions, len(DecisionRecord._fields)),
+            **_arrays("s", steps, len(StepRow._fields)),
+        }
+        new_nonces: set[str] = set()
+        moved: set[str] = set()
+        head = None
+        for row in conn.execute(self._steps, params):
+            if row[0] == 0:
+                new_nonces.add(row[1])
+            elif row[0] == 1:
+                moved.add(row[1])
+            elif row[0] == 9:
+                head = _head(row)
+        assert head is not None, "the audit head row is missing"
+        return StepsApplied(new_nonces, moved, head)
+
+    def _build_steps(self) -> TextClause:
+        columns = DecisionRecord._fields
+        req, dec, prop = self._requests, self._decisions, self._proposals
+        step_types = {
+            "request_id": (req, "request_id"),
+            "nonce": (dec, "nonce"),
+            "b_version": (req, "version"),
+            "requirement": (req, "requirement"),
+            "expires_at": (req, "expires_at"),
+            "state": (req, "state"),
+            "closed_at": (req, "closed_at"),
+            "proposal_id": (prop, "id"),
+            "status": (prop, "status"),
+        }
+        arrays = ", ".join(
+            f"CAST(:s_{k} AS {_array_type(*step_types[c])})" for k, c in enumerate(StepRow._fields)
+        )
+        counts = "(s.nonce IS NULL OR s.nonce IN (SELECT nonce FROM d))"
+        return text(
+            f"WITH d AS (INSERT INTO {dec.name} ({', '.join(columns)}) "
+            f"SELECT * FROM unnest({_unnest('d', dec, columns)}) "
+            "ON CONFLICT (nonce) DO NOTHING RETURNING nonce), "
+            f"s AS (SELECT * FROM unnest({arrays}) AS s({', '.join(StepRow._fields)})), "
+            f"u AS (UPDATE {req.name} r SET version = s.b_version + 1, "
+            "requirement = COALESCE(s.requirement, r.requirement), "
+            "expires_at = COALESCE(s.expires_at, r.expires_at), "
+            "state = COALESCE(s.state, r.state), closed_at = COALESCE(s.closed_at, r.closed_at) "
+            "FROM s WHERE s.b_version IS NOT NULL AND r.request_id = s.request_id "
+            f"AND r.version = s.b_version AND {counts} RETURNING r.request_id), "
+            f"st AS (UPDATE {prop.name} p SET status = s.status FROM s "
+            f"WHERE s.proposal_id IS NOT NULL AND p.id = s.proposal_id AND {counts} "
+            f"RETURNING p.id), {_HEAD_CTE} "
+            "SELECT 0, nonce, CAST(NULL AS VARCHAR) FROM d "
+            "UNION ALL SELECT 1, request_id, NULL FROM u "
+            f"UNION ALL SELECT 2, id, NULL FROM st UNION ALL {_HEAD_ROW}"
+        )
+
+
+class StepRow(NamedTuple):
+    """One approval step as `PgStatements.apply_steps` applies it: None leaves a column as it
+    is (`b_version` None: no request update; `proposal_id` None: no status)."""
+
+    request_id: str
+    nonce: str | None
+    b_version: int | None
+    requirement: str | None
+    expires_at: datetime | None
+    state: Enum | None
+    closed_at: datetime | None
+    proposal_id: str | None
+    status: Enum | None

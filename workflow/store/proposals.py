@@ -15,7 +15,7 @@ from workflow.effects import IntakeRecord, StoredIntake
 from workflow.store import fastpath
 from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
-from workflow.store.pgpath import Insert
+from workflow.store.pgpath import Head, Insert
 from workflow.store.tables import AUDIT, DECISIONS, OUTCOMES, PROPOSALS, REQUESTS
 
 _STORED = select(
@@ -60,7 +60,16 @@ class Proposals:
         self, conn: Connection, unique: dict[str, IntakeRecord], now: datetime
     ) -> IntakeResult:
         ids = list(unique)
-        if self.db.fast:
+        head: Head | None = None
+        pg = self.db.pg_statements
+        if pg is not None:
+            # One statement: the insert, the stored digests and the audit head's lock.
+            got = pg.insert_proposals(conn, [unique[i].proposal for i in ids])
+            new, existing, head = got.new, got.existing_digests, got.head
+            raced = [i for i in ids if i not in new and i not in existing]
+            if raced:  # inserted by another replica while this statement waited
+                existing.update(self._digests(conn, raced))
+        elif self.db.fast:
             # Under the write lock nothing else inserts: look up, then insert what is new.
             existing = fastpath.proposal_digests(conn, ids)
             new = {i for i in ids if i not in existing}
@@ -71,19 +80,23 @@ class Proposals:
             )
             new = {row[0] for row in inserted}
             others = [i for i in ids if i not in new]
-            existing = {}
-            if others:
-                rows = conn.execute(
-                    select(PROPOSALS.c.id, PROPOSALS.c.digest).where(PROPOSALS.c.id.in_(others))
-                )
-                existing = {row.id: row.digest for row in rows}
+            existing = self._digests(conn, others) if others else {}
         fresh = [r for r in unique.values() if r.id in new]
         inserts = [
             Insert(REQUESTS, [r.request for r in fresh if r.request is not None]),
             Insert(OUTCOMES, [r.outcome for r in fresh if r.outcome is not None]),
         ]
-        self.audit.append_in(conn, [a for r in fresh for a in r.audit], now, also=inserts)
+        self.audit.append_in(
+            conn, [a for r in fresh for a in r.audit], now, also=inserts, head=head
+        )
         return IntakeResult(new=new, existing_digests=existing)
+
+    @staticmethod
+    def _digests(conn: Connection, ids: Sequence[str]) -> dict[str, str]:
+        rows = conn.execute(
+            select(PROPOSALS.c.id, PROPOSALS.c.digest).where(PROPOSALS.c.id.in_(ids))
+        )
+        return {row.id: row.digest for row in rows}
 
     async def stored(self, proposal_ids: Iterable[str]) -> list[StoredIntake]:
         """The stored rows of these proposals, to rebuild the events their intake published."""

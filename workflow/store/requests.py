@@ -22,7 +22,7 @@ from workflow.store import fastpath
 from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
 from workflow.store.outbox import IGNORE, Outbox, records
-from workflow.store.pgpath import Insert
+from workflow.store.pgpath import Head, Insert, StepRow
 from workflow.store.tables import DECISIONS, OUTBOX, OUTCOMES, PROPOSALS, REQUESTS
 
 
@@ -183,7 +183,10 @@ class Requests:
         per step: the nonces first (a step whose nonce is taken writes nothing), then the
         version-checked request updates, then the outcomes, statuses, events and audit
         records of the steps that count. The outbox rows and audit records share the
-        batch's latest moment."""
+        batch's latest moment. On PostgreSQL the nonces, request updates and statuses are one
+        statement, the rest another (`pgpath`)."""
+        if self.db.pg_statements is not None:
+            return self._commit_steps_pg(conn, steps)
         ok = self._insert_decisions(conn, [w.decision for w, _ in steps])
         kept = [(w, now) for (w, now), good in zip(steps, ok, strict=True) if good]
         if not kept:
@@ -200,12 +203,40 @@ class Requests:
                 conn.execute(
                     _PROPOSAL_STATUS, [{"b_id": pid, "status": status} for pid, status in statuses]
                 )
+        self._append_kept(conn, kept)
+        return ok
+
+    def _append_kept(
+        self, conn: Connection, kept: Sequence[tuple[StepWrite, datetime]], head: Head | None = None
+    ) -> None:
+        """The outcomes, events and audit records of the steps that count."""
         latest = max(now for _, now in kept)
         rows = [
             Insert(OUTCOMES, [w.outcome for w, _ in kept if w.outcome is not None]),
             Insert(OUTBOX, records([e for w, _ in kept for e in w.events], latest), IGNORE),
         ]
-        self.audit.append_in(conn, [a for w, _ in kept for a in w.audit], latest, also=rows)
+        self.audit.append_in(
+            conn, [a for w, _ in kept for a in w.audit], latest, also=rows, head=head
+        )
+
+    def _commit_steps_pg(
+        self, conn: Connection, steps: Sequence[tuple[StepWrite, datetime]]
+    ) -> list[bool]:
+        """`commit_steps_in` on PostgreSQL: two statements whatever the batch's size."""
+        pg = self.db.pg_statements
+        assert pg is not None
+        rows = [_step_row(write, now) for write, now in steps]
+        applied = pg.apply_steps(
+            conn, [w.decision for w, _ in steps if w.decision is not None], rows
+        )
+        ok = [w.decision is None or w.decision.nonce in applied.new_nonces for w, _ in steps]
+        kept = [(w, now) for (w, now), good in zip(steps, ok, strict=True) if good]
+        expected = {w.request_id for w, _ in kept if w.expected_version is not None}
+        if applied.moved_requests != expected:
+            stale = len(expected - applied.moved_requests)
+            raise ConcurrentUpdate(f"{stale} of {len(expected)} requests")
+        if kept:
+            self._append_kept(conn, kept, applied.head)
         return ok
 
     def _insert_decisions(
@@ -320,6 +351,23 @@ class Requests:
                 .where(REQUESTS.c.state == RequestState.PENDING)
             )
             return int(got.scalar_one())
+
+
+def _step_row(write: StepWrite, now: datetime) -> StepRow:
+    """A step as `PgStatements.apply_steps` applies it (what `_move_requests` sets)."""
+    closing = write.new_state is not None and write.new_state is not RequestState.PENDING
+    status = write.proposal_status
+    return StepRow(
+        request_id=write.request_id,
+        nonce=write.decision.nonce if write.decision is not None else None,
+        b_version=write.expected_version,
+        requirement=write.requirement,
+        expires_at=write.expires_at,
+        state=write.new_state,
+        closed_at=now if closing else None,
+        proposal_id=status[0] if status is not None else None,
+        status=status[1] if status is not None else None,
+    )
 
 
 def _approvals(

@@ -1,0 +1,93 @@
+"""Giving the space of pruned rows back to the file system (`headgate db vacuum`).
+
+What a user sees as the database grows, by backend:
+
+- SQLite reuses the pages the retention pruner frees for the rows written after it, so with
+  `[retention]` the file stops growing once the first records are pruned — but it never
+  shrinks by itself: after retention is first enabled on a large database, or after a burst,
+  the file keeps its largest size. `vacuum` rebuilds it without the free pages. It is not
+  done automatically: a rebuild rewrites the whole file and holds the write lock meanwhile,
+  and a file that shrinks after every pruning pass only grows again with the next writes
+  (`auto_vacuum=INCREMENTAL` would also cost every write its pointer-map pages).
+- PostgreSQL: autovacuum marks the space of deleted rows reusable (the tables stop growing
+  the same way); nothing is done here. Giving it back to the file system takes
+  `VACUUM FULL`, which locks each table exclusively while it is rewritten: a database
+  administrator's call, outside Headgate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Connection
+
+from workflow.store.engine import Database
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceReport:
+    """A SQLite database's size (its pages), how much of it is free pages (reused by new
+    rows, not given back), and what its files take on disk (with the write-ahead log)."""
+
+    path: Path
+    size_bytes: int
+    free_bytes: int
+    file_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Vacuumed:
+    before: SpaceReport
+    after: SpaceReport
+
+
+async def space(db: Database) -> SpaceReport | None:
+    """The SQLite file's size and free pages; None on PostgreSQL or in memory."""
+    path = db.sqlite_path
+    if path is None:
+        return None
+
+    def body(conn: Connection) -> tuple[int, int, int]:
+        pragma = conn.exec_driver_sql
+        page_size = pragma("PRAGMA page_size").scalar()
+        pages = pragma("PRAGMA page_count").scalar()
+        free = pragma("PRAGMA freelist_count").scalar()
+        return int(page_size or 0), int(pages or 0), int(free or 0)
+
+    page_size, pages, free = await db.read(body)
+    on_disk = sum(p.stat().st_size for p in _files(path) if p.exists())
+    return SpaceReport(path, page_size * pages, page_size * free, on_disk)
+
+
+def _files(path: Path) -> list[Path]:
+    return [path, path.with_name(path.name + "-wal")]
+
+
+async def vacuum(db: Database) -> Vacuumed | None:
+    """Rebuild the SQLite file without its free pages and truncate the write-ahead log;
+    None on PostgreSQL (autovacuum's job, see above).
+
+    It holds the write lock the service's processes share, so a running service's writes
+    (approvals too) wait until it is done rather than fail; reads go on."""
+    path = db.sqlite_path
+    if path is None:
+        return None
+    before = await space(db)
+    assert before is not None
+
+    def rebuild() -> None:
+        raw = sqlite3.connect(path, timeout=30, isolation_level=None)
+        try:
+            raw.execute("VACUUM")
+            raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            raw.close()
+
+    async with db.exclusive():
+        await asyncio.to_thread(rebuild)
+    after = await space(db)
+    assert after is not None
+    return Vacuumed(before, after)
