@@ -286,6 +286,18 @@ def test_a_server_that_never_speaks_is_given_up_within_the_timeout() -> None:
         listener.close()
 
 
+def test_a_silent_server_first_in_the_list_does_not_use_up_the_timeout(nats_url: str) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    try:
+        silent = f"nats://127.0.0.1:{listener.getsockname()[1]}"
+        started = time.monotonic()
+        with connect(NatsTarget(f"{silent},{nats_url}"), name="t", timeout=5) as conn:
+            conn.flush(5)
+        assert time.monotonic() - started < 4
+    finally:
+        listener.close()
+
+
 def test_the_connection_lost_midway_is_an_error_not_a_hang(fresh_nats: EmbeddedNats) -> None:
     with connect(NatsTarget(fresh_nats.url), name="t", timeout=5) as conn:
         conn.subscribe("lite.x")
@@ -363,3 +375,14 @@ def test_server_urls(url: str, parsed: tuple[object, ...]) -> None:
 def test_an_unknown_scheme_is_refused() -> None:
     with pytest.raises(NatsError, match="unsupported NATS URL scheme 'ws'"):
         _server("ws://h:1")
+
+
+def test_the_servers_pings_are_answered_while_waiting(server_with: object) -> None:
+    server = server_with('ping_interval: "100ms"\nping_max: 2\n', "pings")  # type: ignore[operator]
+    with connect(NatsTarget(server.url), name="t", timeout=5) as conn:
+        conn.subscribe("lite.alive")
+        assert conn.next_msg(1.0) is None  # ten pings meanwhile: unanswered, it would be closed
+        conn.publish("lite.alive", b"still here")
+        msg = conn.next_msg(5)
+        assert msg is not None
+        assert msg.data == b"still here"

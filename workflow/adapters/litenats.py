@@ -28,6 +28,9 @@ from typing import Any
 
 from workflow.nats_target import NatsTarget
 
+#: Seconds one server may take to connect before the next one is tried (nats-py's, as the SDK
+#: sets it): a server that accepts but never answers does not use up the whole timeout.
+ATTEMPT_TIMEOUT = 2.0
 #: The largest control line accepted from the server (INFO lists cluster URLs).
 MAX_CONTROL_LINE = 1024 * 1024
 _CRLF = b"\r\n"
@@ -419,8 +422,9 @@ def _refused(exc: Exception) -> bool:
 
 @contextmanager
 def connect(target: NatsTarget, *, name: str, timeout: float) -> Iterator[Connection]:
-    """Connect to the first server of `target` that answers, trying them in order until
-    `timeout` seconds have passed; refused credentials fail at once. Closed on exit."""
+    """Connect to the first server of `target` that answers, trying them in order (each for
+    at most `ATTEMPT_TIMEOUT` seconds) until `timeout` seconds have passed; refused credentials
+    fail at once. Closed on exit."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     servers = target.servers or ["nats://127.0.0.1:4222"]
@@ -429,7 +433,8 @@ def connect(target: NatsTarget, *, name: str, timeout: float) -> Iterator[Connec
     while conn is None:
         for url in servers:
             try:
-                conn = _open(target, url, name, deadline)
+                attempt = min(deadline, time.monotonic() + ATTEMPT_TIMEOUT)
+                conn = _open(target, url, name, attempt)
                 break
             except NatsError as exc:
                 if _refused(exc):
