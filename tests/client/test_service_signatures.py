@@ -133,6 +133,23 @@ async def test_a_key_that_does_not_verify_names_the_data_dir_it_was_read_from(
     assert "HEADGATE_SERVICE_KEY" in message
 
 
+async def test_an_agent_with_a_stale_key_is_told_why_not_timed_out(
+    nats_url: str, tmp_path: Path
+) -> None:
+    # The service's answers and events do not verify with the key read from a stale data dir:
+    # proposing ends with the reason (where the key came from), not with "not classified
+    # within 30 s" (nothing from that service would ever verify).
+    stale = tmp_path / "stale"
+    stale.mkdir()
+    (stale / SERVICE_KEY_FILE).write_text(ServiceKey.generate().public_key + "\n")
+    async with guarded_service(nats_url, tmp_path / "svc") as h:
+        async with Headgate.connect(
+            nats_url, agent="agent-1", prefix=h.subjects.prefix, data_dir=stale
+        ) as hg:
+            with pytest.raises(NotFromService, match="the data dir of another `headgate serve`"):
+                await hg.propose("write_file", {"path": "x.txt"}, timeout=30)
+
+
 async def test_a_configured_seed_is_the_service_key(nats_url: str, tmp_path: Path) -> None:
     seed = tmp_path / "deployment.seed"
     configured = ServiceKey.generate()

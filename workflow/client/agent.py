@@ -26,7 +26,7 @@ from workflow.client.connection import DEFAULT_CONNECT_TIMEOUT, NatsTarget, Role
 from workflow.client.errors import NoLedger, NotProcessed, ResultTimeout, ToolBlocked
 from workflow.client.ledger import Ledger
 from workflow.client.results import Event, OutcomeEvent, ResultRouter, Watch
-from workflow.client.trust import trust_for
+from workflow.client.trust import NotFromService, trust_for
 from workflow.client.worker import (
     ACK_WAIT,
     BlockedHandler,
@@ -307,6 +307,11 @@ class Headgate:
                 h = await transport.history(
                     self.nc, self.subjects, ticket.proposal_id, agent=self.agent
                 )
+            except NotFromService:
+                # The key this client trusts is not the service's (another data dir's
+                # service.pub, say): none of its events will verify either, so waiting on
+                # would end in a timeout that hides why. Say it now.
+                raise
             except ConnectError:  # the API may be unreachable (or not permitted): keep waiting
                 h = None
             status = h.status if h is not None else status

@@ -17,7 +17,7 @@ from nats.js.errors import ServiceUnavailableError
 from pydantic import BaseModel
 
 from workflow.client.connection import connect as connect
-from workflow.client.trust import trust_for
+from workflow.client.trust import NotFromService, trust_for
 from workflow.errors import ConnectError, HeadgateError
 from workflow.messages import ApiError, GetQuery, ProposalHistory
 from workflow.subjects import Subjects
@@ -177,5 +177,7 @@ async def _probe_once(
             return None
     try:
         return await task
+    except NotFromService:
+        raise  # the trusted key is not this service's: no later answer will verify either
     except ConnectError:
         return None  # the service may be restarting: keep trying until the deadline
