@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,7 +18,7 @@ import nacl.exceptions
 import nacl.signing
 import nkeys
 
-from workflow.errors import ConfigError
+from workflow.errors import ConfigError, ConnectError
 from workflow.nats_target import SERVICE_KEY_FILE, data_dir_from
 
 #: The NATS header carrying the service's signature on what it publishes.
@@ -109,3 +110,20 @@ def pinned_key_from(
     if key is not None and not is_service_key(key):
         raise ConfigError(f"{origin} is not a service public key (N…, 56 characters): {key!r}")
     return key, origin
+
+
+def key_from_answer(
+    asked: str, subject: str, data: bytes, headers: Mapping[str, str] | None
+) -> str:
+    """The service key in an answer on `<prefix>.api.key` (asked on `asked`), which must be
+    signed by the key it names; ConnectError otherwise. Only the service answers `api.*` where
+    permissions are set: what answered signs too."""
+    try:
+        found = json.loads(data).get("public_key")
+    except (ValueError, AttributeError):
+        found = None
+    if not isinstance(found, str) or not is_service_key(found):
+        raise ConnectError(f"the answer on {asked} is not a service key")
+    if not verify_event(found, subject, data, headers):
+        raise ConnectError(f"the answer on {asked} is not signed by the key it names")
+    return found

@@ -123,9 +123,8 @@ def render_http(call: HookCall, answer: Answer) -> dict[str, Any]:
     return body
 
 
-def config(command: str, timeout: int) -> str:
-    """For `~/.claude/settings.json` (timeout in seconds)."""
-    hook = [{"type": "command", "command": command, "timeout": timeout}]
+def _settings(hook: list[dict[str, Any]]) -> str:
+    """The hook before and after every tool, as `~/.claude/settings.json` holds them."""
     return json.dumps(
         {"hooks": {
             "PreToolUse": [{"matcher": "*", "hooks": hook}],
@@ -133,6 +132,11 @@ def config(command: str, timeout: int) -> str:
         }},
         indent=2,
     )  # fmt: skip
+
+
+def config(command: str, timeout: int) -> str:
+    """For `~/.claude/settings.json` (timeout in seconds)."""
+    return _settings([{"type": "command", "command": command, "timeout": timeout}])
 
 
 def http_config(url: str, timeout: int, token_env: str) -> str:
@@ -142,13 +146,7 @@ def http_config(url: str, timeout: int, token_env: str) -> str:
         "type": "http", "url": url, "timeout": timeout,
         "headers": {"Authorization": f"Bearer ${token_env}"}, "allowedEnvVars": [token_env],
     }]  # fmt: skip
-    return json.dumps(
-        {"hooks": {
-            "PreToolUse": [{"matcher": "*", "hooks": hook}],
-            "PostToolUse": [{"matcher": "*", "hooks": hook}],
-        }},
-        indent=2,
-    )  # fmt: skip
+    return _settings(hook)
 
 
 CLIENT = Client(

@@ -63,7 +63,7 @@ from workflow.errors import ConnectError, HeadgateError
 from workflow.eventsig import (
     SIGNATURE_HEADER,
     SIGNER_HEADER,
-    is_service_key,
+    key_from_answer,
     pinned_key,
     verify_event,
 )
@@ -217,15 +217,7 @@ class Session:
                 f"cannot learn the Headgate service's key on {subject} ({exc or 'no answer'}); "
                 "set HEADGATE_SERVICE_KEY to the key in the service's data dir (service.pub)"
             ) from exc
-        try:
-            found = json.loads(msg.data).get("public_key")
-        except (ValueError, AttributeError):
-            found = None
-        if not isinstance(found, str) or not is_service_key(found):
-            raise ConnectError(f"the answer on {subject} is not a service key")
-        if not verify_event(found, msg.subject, msg.data, msg.headers):
-            raise ConnectError(f"the answer on {subject} is not signed by the key it names")
-        return found
+        return key_from_answer(subject, msg.subject, msg.data, msg.headers)
 
     def verified(self, msg: Msg) -> bool:
         return verify_event(self.service_key(), msg.subject, msg.data, msg.headers)

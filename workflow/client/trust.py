@@ -20,14 +20,18 @@ What does not verify is never shown to an approver and never run by an agent.
 from __future__ import annotations
 
 import asyncio
-import json
 import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from workflow.errors import ConnectError
 from workflow.eventsig import SERVICE_KEY_ENV as SERVICE_KEY_ENV
-from workflow.eventsig import SIGNER_HEADER, is_service_key, pinned_key_from, verify_event
+from workflow.eventsig import (
+    SIGNER_HEADER,
+    key_from_answer,
+    pinned_key_from,
+    verify_event,
+)
 from workflow.eventsig import pinned_key as pinned_key
 from workflow.nats_target import SERVICE_KEY_FILE
 
@@ -85,16 +89,7 @@ class ServiceTrust:
                 f"cannot learn the Headgate service's key on {subject} ({exc or 'no answer'}); "
                 f"set {SERVICE_KEY_ENV} to the key in the service's data dir (service.pub)"
             ) from exc
-        try:
-            found = json.loads(msg.data).get("public_key")
-        except (ValueError, AttributeError):
-            found = None
-        if not isinstance(found, str) or not is_service_key(found):
-            raise ConnectError(f"the answer on {subject} is not a service key")
-        # Only the service answers api.* where permissions are set: what answered signs too.
-        if not verify_event(found, msg.subject, msg.data, msg.headers):
-            raise ConnectError(f"the answer on {subject} is not signed by the key it names")
-        return found
+        return key_from_answer(subject, msg.subject, msg.data, msg.headers)
 
     async def verified(self, subject: str, data: bytes, headers: dict[str, str] | None) -> bool:
         """True when the message is signed by the service (ConnectError: key not known)."""
