@@ -6,7 +6,15 @@ nothing was lost, the outcomes were the expected ones and the summary is complet
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -86,3 +94,37 @@ def test_a_soak_runs_at_the_rate_or_share_given(given: list[str]) -> None:
         assert soak["rate"] == round(soak["max_throughput"] * 0.1, 1)
     assert soak["lost"] == 0
     assert soak["completed"] == soak["published"] > 0
+
+
+def test_sigterm_stops_what_the_bench_started(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workflow", "bench", "--soak", "5", "--count", "100"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    pids: list[int] = []
+    for line in proc.stderr:
+        found = re.search(r"service pid (\d+) .*relay pid (\d+)", line)
+        if found:
+            pids = [int(found.group(1)), int(found.group(2))]
+            break
+    assert pids, "the bench never started its service"
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    for pid in pids:
+        for _ in range(100):
+            if not _alive(pid):
+                break
+            time.sleep(0.1)
+        assert not _alive(pid), f"process {pid} outlived the bench"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A child that exited but was not reaped yet by its (gone) parent counts as stopped.
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    return False

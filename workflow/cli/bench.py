@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -156,6 +157,7 @@ def bench(
         database_url=database_url, policy=policy, approver_key=approver_key, keep=keep,
         intake_processes=intake_processes, retention=kept,
     )  # fmt: skip
+    signal.signal(signal.SIGTERM, _stop_like_ctrl_c)  # stop the service and relay it started
     result = asyncio.run(run_bench(config, RichReporter()))
     if json_out:
         print_json(result)
@@ -163,6 +165,12 @@ def bench(
         _print_soak(result)
     else:
         _print_summary(result)
+
+
+def _stop_like_ctrl_c(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C: the run unwinds, so the service, relay and nats-server it started
+    are stopped and its temporary directory removed (the default action leaves them running)."""
+    raise KeyboardInterrupt
 
 
 def _fmt(value: Any, unit: str = "") -> str:
