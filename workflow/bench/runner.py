@@ -559,7 +559,6 @@ def machine() -> dict[str, Any]:
 
 async def run_bench(config: BenchConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     reporter = reporter or Quiet()
-    rig = await start_rig(config, reporter)
     result: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
@@ -580,6 +579,9 @@ async def run_bench(config: BenchConfig, reporter: Reporter | None = None) -> di
             "retention_s": config.retention,
         },
     }
+    # Nothing between starting the rig and the `try` that stops it: a Ctrl-C (or SIGTERM)
+    # there would leave the service and the relay running.
+    rig = await start_rig(config, reporter)
     try:
         await warm_up(rig, config, reporter)
         if config.soak_minutes is not None:

@@ -344,6 +344,9 @@ class Service:
             security=_security(s, self._nkey),
         )
         await self.broker.start()
+        # The subscriptions are on the server once it has answered a PING after them: only
+        # then do clients that find `nats.url` (written next) reach the API.
+        await self.broker.connection.flush(timeout=10)
 
     def _start_embedded(self) -> str:
         """Start the embedded nats-server with its accounts, on the port it had last time

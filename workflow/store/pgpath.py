@@ -167,6 +167,9 @@ class PgStatements:
         statement = self._by_columns.get(columns)
         if statement is None:
             statement = self._by_columns[columns] = self._build_proposals(columns)
+        # In id order: replicas inserting overlapping ids take their index locks in one order,
+        # so neither waits for the other in a cycle (in arrival order they deadlocked).
+        rows = sorted(rows, key=lambda row: str(row.id))  # type: ignore[attr-defined]
         params = _arrays("p", rows, len(columns))
         new: set[str] = set()
         existing: dict[str, str] = {}
