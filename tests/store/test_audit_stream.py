@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from workflow.effects import AuditEntry
 from workflow.store.archive import archive_file, export_jsonl, iter_jsonl, read_jsonl
-from workflow.store.chain import verify_archive
+from workflow.store.chain import ChainedRecord, verify_archive
 from workflow.store.repo import Store
 from workflow.store.schema import AuditRow
 
@@ -90,7 +90,7 @@ def test_an_export_after_pruning_at_any_cut_verifies_with_the_archives(
             for hour, n in enumerate(groups):
                 await _append(store, base + timedelta(hours=hour), n)
 
-            async def archive(rows: Sequence[AuditRow]) -> str:
+            async def archive(rows: Sequence[ChainedRecord]) -> str:
                 path = await asyncio.to_thread(archive_file, tmp_path / "archive", rows)
                 archives.append(path)
                 return path.name

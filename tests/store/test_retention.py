@@ -14,7 +14,7 @@ from sqlalchemy import func, select, update
 from tests.store.test_repo import record
 from workflow.effects import AuditEntry, DecisionRecord, OutboxEvent, OutcomeRecord, StepWrite
 from workflow.outcomes import Outcome, RequestState
-from workflow.store.chain import verify_archive
+from workflow.store.chain import RECORD_FIELDS, ChainedRecord, verify_archive
 from workflow.store.repo import Store
 from workflow.store.requests import ConcurrentUpdate
 from workflow.store.retention import AuditChainBroken
@@ -115,8 +115,9 @@ class Archive:
     def __init__(self) -> None:
         self.rows: list[AuditRow] = []
 
-    async def __call__(self, rows: Sequence[AuditRow]) -> str:
-        self.rows.extend(rows)
+    async def __call__(self, rows: Sequence[ChainedRecord]) -> str:
+        # Read back as rows, as `headgate audit verify` reads an archive file.
+        self.rows.extend(AuditRow(**{f: getattr(r, f) for f in RECORD_FIELDS}) for r in rows)
         return f"archive-{len(self.rows)}"
 
 
@@ -192,7 +193,7 @@ async def test_a_pruning_that_lost_a_race_deletes_nothing(store: Store) -> None:
     class Racing(Archive):
         """Another replica prunes while this one archives."""
 
-        async def __call__(self, rows: Sequence[AuditRow]) -> str:
+        async def __call__(self, rows: Sequence[ChainedRecord]) -> str:
             async with store.db.engine.begin() as conn:
                 await conn.execute(update(AUDIT_ANCHOR).values(seq=1, hash=rows[0].hash))
             return await super().__call__(rows)

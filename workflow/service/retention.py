@@ -21,8 +21,8 @@ from workflow.policy.retention import RetentionSpec
 from workflow.service.context import ServiceContext
 from workflow.service.streams import DUPLICATE_WINDOW
 from workflow.store.archive import archive_file
+from workflow.store.chain import ChainedRecord
 from workflow.store.requests import ConcurrentUpdate
-from workflow.store.schema import AuditRow
 
 log = logging.getLogger("headgate.retention")
 
@@ -60,7 +60,7 @@ async def prune_once(ctx: ServiceContext, data_dir: Path) -> Pruned:
         if not directory.is_absolute():
             directory = data_dir / directory
 
-        async def archive(rows: Sequence[AuditRow]) -> str:
+        async def archive(rows: Sequence[ChainedRecord]) -> str:
             return (await asyncio.to_thread(archive_file, directory, rows)).name
 
         try:

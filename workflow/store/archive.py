@@ -17,27 +17,32 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from workflow.errors import ConfigError
+from workflow.store.chain import RECORD_FIELDS, ChainedRecord
 from workflow.store.schema import AuditRow
 
+#: The record's fields in sorted order: a line's keys are sorted without sorting each line.
+_SORTED_FIELDS = tuple(sorted(RECORD_FIELDS))
 
-def jsonl(row: AuditRow) -> str:
-    return json.dumps(row.model_dump(), ensure_ascii=False, sort_keys=True) + "\n"
+
+def jsonl(row: ChainedRecord) -> str:
+    """One record as a line: its stored fields, keys sorted (the pruner hands plain tuples,
+    the export row models; both give the same line)."""
+    fields = {name: getattr(row, name) for name in _SORTED_FIELDS}
+    return json.dumps(fields, ensure_ascii=False) + "\n"
 
 
-def write_jsonl(path: Path, rows: Iterable[AuditRow]) -> int:
+def write_jsonl(path: Path, rows: Iterable[ChainedRecord]) -> int:
     """Write `rows` to `path` durably (a partial file, synced, then renamed into place);
     returns how many were written."""
     partial = path.with_name(path.name + ".partial")
-    count = 0
+    lines = [jsonl(row) for row in rows]
     with partial.open("w", encoding="utf-8") as out:
-        for row in rows:
-            out.write(jsonl(row))
-            count += 1
+        out.write("".join(lines))  # one write: a line at a time cost as much as encoding it
         out.flush()
         os.fsync(out.fileno())
     partial.replace(path)
     _sync_dir(path.parent)
-    return count
+    return len(lines)
 
 
 async def export_jsonl(path: Path, batches: AsyncIterable[Sequence[AuditRow]]) -> int:
@@ -62,7 +67,7 @@ async def export_jsonl(path: Path, batches: AsyncIterable[Sequence[AuditRow]]) -
     return count
 
 
-def archive_file(directory: Path, rows: Sequence[AuditRow]) -> Path:
+def archive_file(directory: Path, rows: Sequence[ChainedRecord]) -> Path:
     """Archive a pruned prefix of the chain as `audit-<first>-<last>.jsonl` in `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"audit-{rows[0].seq:012d}-{rows[-1].seq:012d}.jsonl"

@@ -15,15 +15,32 @@ GENESIS = "0" * 64
 
 
 class ChainedRecord(Protocol):
-    seq: int
-    at: str
-    kind: str
-    proposal_id: str | None
-    request_id: str | None
-    actor: str
-    data: str
-    prev_hash: str
-    hash: str
+    """A stored record of the chain: a row model, or the plain tuple the pruner reads."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def at(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def proposal_id(self) -> str | None: ...
+    @property
+    def request_id(self) -> str | None: ...
+    @property
+    def actor(self) -> str: ...
+    @property
+    def data(self) -> str: ...
+    @property
+    def prev_hash(self) -> str: ...
+    @property
+    def hash(self) -> str: ...
+
+
+#: The fields of a record, in the order the chain hashes them and the archive sorts them.
+RECORD_FIELDS = (
+    "seq", "at", "kind", "proposal_id", "request_id", "actor", "data", "prev_hash", "hash",
+)  # fmt: skip
 
 
 def chain_hash(

@@ -288,14 +288,18 @@ class Database:
             self._checkpointer.committed()
         return result
 
-    async def read(self, body: Callable[[Connection], T]) -> T:
+    async def read(self, body: Callable[[Connection], T], *, background: bool = False) -> T:
         """Run `body` as a read.
 
         SQLite: synchronously on the writer's connection — an indexed lookup costs less than
         the hop to aiosqlite's thread and back (≈ 0.2 ms, several per decision). Nothing else
-        uses that connection meanwhile: writes are synchronous too. PostgreSQL: `run_sync` on
-        a pooled connection.
+        uses that connection meanwhile: writes are synchronous too. `background` (a long read
+        of housekeeping): in a worker thread on the background connection instead, without
+        the write lock (a reader of the write-ahead log waits for no writer), so the loop goes
+        on. PostgreSQL: `run_sync` on a pooled connection.
         """
+        if background and self._background_writer is not None:
+            return await _in_thread(self._background_writer, body)
         writer = self._sync_writer
         if writer is not None:
             with writer.connect() as conn:

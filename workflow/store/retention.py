@@ -11,18 +11,19 @@ several replicas may prune at once; audit pruning moves the anchor with an optim
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection, Integer, bindparam, delete, select, text, update
 
 from workflow.effects import AuditEntry
-from workflow.store import schema
-from workflow.store.audit import AuditLog
-from workflow.store.chain import PRUNED_KIND, verify_chain
+from workflow.store import fastpath
+from workflow.store.audit import AuditLog, AuditRecord
+from workflow.store.chain import PRUNED_KIND, ChainedRecord, verify_chain
 from workflow.store.engine import Database
-from workflow.store.fastpath import in_chunks
 from workflow.store.requests import ConcurrentUpdate
+from workflow.store.schema import UTCDateTime
 from workflow.store.tables import (
     AUDIT,
     AUDIT_ANCHOR,
@@ -37,7 +38,73 @@ from workflow.store.tables import (
 
 #: Receives a prefix of the chain about to be pruned; returns where it was archived. It must
 #: have made the records durable when it returns (the deletion follows).
-Archive = Callable[[Sequence[schema.AuditRow]], Awaitable[str]]
+Archive = Callable[[Sequence[ChainedRecord]], Awaitable[str]]
+
+
+#: SQLite: the oldest decided proposals, then what belongs to them, table by table (their
+#: request's decisions and escalation before the request, the outcome and the proposal last).
+_SQLITE_OLDEST = "SELECT proposal_id FROM outcomes WHERE at < ? ORDER BY at LIMIT ?"
+_REQUESTS_OF = "SELECT request_id FROM requests WHERE proposal_id IN ({ids})"
+_SQLITE_PRUNE_DECIDED = (
+    f"DELETE FROM decisions WHERE request_id IN ({_REQUESTS_OF})",
+    f"DELETE FROM escalations WHERE request_id IN ({_REQUESTS_OF})",
+    "DELETE FROM requests WHERE proposal_id IN ({ids})",
+    "DELETE FROM executions WHERE proposal_id IN ({ids})",
+    "DELETE FROM outbox WHERE proposal_id IN ({ids})",
+    "DELETE FROM outcomes WHERE proposal_id IN ({ids})",
+    "DELETE FROM proposals WHERE id IN ({ids})",
+)
+
+#: PostgreSQL: the same in one statement. `FOR UPDATE SKIP LOCKED`: replicas pruning at once
+#: take disjoint sets. The steps of a `WITH` run on one snapshot, so each deletes exactly the
+#: rows of the proposals `oldest` took (a table's rows of a proposal are never written again
+#: once it is decided).
+_PG_PRUNE_DECIDED = text(
+    """
+WITH oldest AS (
+    SELECT proposal_id FROM outcomes WHERE at < :cutoff ORDER BY at LIMIT :n
+    FOR UPDATE SKIP LOCKED
+), rq AS (
+    DELETE FROM requests WHERE proposal_id IN (SELECT proposal_id FROM oldest)
+    RETURNING request_id
+), dc AS (
+    DELETE FROM decisions WHERE request_id IN (SELECT request_id FROM rq)
+), es AS (
+    DELETE FROM escalations WHERE request_id IN (SELECT request_id FROM rq)
+), ex AS (
+    DELETE FROM executions WHERE proposal_id IN (SELECT proposal_id FROM oldest)
+), ob AS (
+    DELETE FROM outbox WHERE proposal_id IN (SELECT proposal_id FROM oldest)
+), oc AS (
+    DELETE FROM outcomes WHERE proposal_id IN (SELECT proposal_id FROM oldest)
+), pr AS (
+    DELETE FROM proposals WHERE id IN (SELECT proposal_id FROM oldest)
+)
+SELECT count(*) FROM oldest
+"""
+).bindparams(bindparam("cutoff", type_=UTCDateTime()), bindparam("n", type_=Integer()))
+
+
+def _prune_decided_core(conn: Connection, older_than: datetime, limit: int) -> int:
+    """`prune_decided` through Core, for a SQLite database without the DB-API fast path."""
+    oldest = (
+        select(OUTCOMES.c.proposal_id)
+        .where(OUTCOMES.c.at < older_than)
+        .order_by(OUTCOMES.c.at)
+        .limit(limit)
+    )
+    ids = [row[0] for row in conn.execute(oldest)]
+    if not ids:
+        return 0
+    requests = select(REQUESTS.c.request_id).where(REQUESTS.c.proposal_id.in_(ids))
+    conn.execute(delete(DECISIONS).where(DECISIONS.c.request_id.in_(requests)))
+    conn.execute(delete(ESCALATIONS).where(ESCALATIONS.c.request_id.in_(requests)))
+    conn.execute(delete(REQUESTS).where(REQUESTS.c.proposal_id.in_(ids)))
+    conn.execute(delete(EXECUTIONS).where(EXECUTIONS.c.proposal_id.in_(ids)))
+    conn.execute(delete(OUTBOX).where(OUTBOX.c.proposal_id.in_(ids)))
+    conn.execute(delete(OUTCOMES).where(OUTCOMES.c.proposal_id.in_(ids)))
+    conn.execute(delete(PROPOSALS).where(PROPOSALS.c.id.in_(ids)))
+    return len(ids)
 
 
 class AuditChainBroken(Exception):
@@ -52,51 +119,50 @@ class Retention:
     async def prune_decided(self, older_than: datetime, limit: int = 1000) -> int:
         """Delete up to `limit` proposals whose outcome is older than `older_than`, with their
         request, decisions, escalation, execution reports and outbox rows; returns how many.
-        A proposal without an outcome (still held) is never pruned."""
-        oldest = (
-            select(OUTCOMES.c.proposal_id)
-            .where(OUTCOMES.c.at < older_than)
-            .order_by(OUTCOMES.c.at)
-            .limit(limit)
-        )
+        A proposal without an outcome (still held) is never pruned.
+
+        One statement per table, the proposals' rows found by the database (no ids through
+        Python and back): on PostgreSQL a single statement whose first step locks the oldest
+        outcomes it takes, skipping those another replica is pruning; on SQLite (one writer)
+        the ids once, then one `DELETE … IN (…)` per table through the DB-API."""
+        if self.db.dialect == "postgresql":
+            return await self.db.transact(
+                lambda conn: int(
+                    conn.execute(_PG_PRUNE_DECIDED, {"cutoff": older_than, "n": limit}).scalar_one()
+                ),
+                background=True,
+            )
+        if not self.db.fast:  # an in-memory SQLite database (tests): the same, through Core
+            return await self.db.transact(
+                lambda conn: _prune_decided_core(conn, older_than, limit), background=True
+            )
+        cutoff = fastpath.sqlite_datetime(older_than)
 
         def body(conn: Connection) -> int:
-            ids = [row[0] for row in conn.execute(oldest)]
-            for chunk, _ in in_chunks(ids):
-                requests = [
-                    row[0]
-                    for row in conn.execute(
-                        select(REQUESTS.c.request_id).where(REQUESTS.c.proposal_id.in_(chunk))
-                    )
-                ]
-                if requests:
-                    conn.execute(delete(DECISIONS).where(DECISIONS.c.request_id.in_(requests)))
-                    conn.execute(delete(ESCALATIONS).where(ESCALATIONS.c.request_id.in_(requests)))
-                    conn.execute(delete(REQUESTS).where(REQUESTS.c.request_id.in_(requests)))
-                conn.execute(delete(EXECUTIONS).where(EXECUTIONS.c.proposal_id.in_(chunk)))
-                conn.execute(delete(OUTBOX).where(OUTBOX.c.proposal_id.in_(chunk)))
-                conn.execute(delete(OUTCOMES).where(OUTCOMES.c.proposal_id.in_(chunk)))
-                conn.execute(delete(PROPOSALS).where(PROPOSALS.c.id.in_(chunk)))
+            db = fastpath.dbapi(conn)
+            ids = [row[0] for row in db.execute(_SQLITE_OLDEST, (cutoff, limit))]
+            for chunk, marks in fastpath.in_chunks(ids):
+                for sql in _SQLITE_PRUNE_DECIDED:
+                    db.execute(sql.format(ids=marks), chunk)
             return len(ids)
 
         return await self.db.transact(body, background=True)
 
     async def prune_outbox(self, older_than: datetime, limit: int = 5000) -> int:
         """Delete up to `limit` published outbox rows created before `older_than` (the
-        streams' duplicate window ago: a re-publish could no longer be deduplicated anyway)."""
+        streams' duplicate window ago: a re-publish could no longer be deduplicated anyway),
+        in one statement."""
         oldest = (
             select(OUTBOX.c.msg_id)
             .where(OUTBOX.c.published.is_(True), OUTBOX.c.created_at < older_than)
             .limit(limit)
         )
-
-        def body(conn: Connection) -> int:
-            ids = [row[0] for row in conn.execute(oldest)]
-            for chunk, _ in in_chunks(ids):
-                conn.execute(delete(OUTBOX).where(OUTBOX.c.msg_id.in_(chunk)))
-            return len(ids)
-
-        return await self.db.transact(body, background=True)
+        return await self.db.transact(
+            lambda conn: int(
+                conn.execute(delete(OUTBOX).where(OUTBOX.c.msg_id.in_(oldest))).rowcount
+            ),
+            background=True,
+        )
 
     async def prune_audit(
         self, older_than: datetime, archive: Archive, now: datetime, limit: int = 5000
@@ -110,9 +176,9 @@ class Retention:
         the anchor is still where it was read (another replica pruning meanwhile:
         `ConcurrentUpdate`, nothing deleted)."""
         anchor_seq, anchor_hash = await self.audit.anchor()
-        rows = await self.audit.rows(after_seq=anchor_seq, limit=limit)
+        rows = await self.audit.records(after_seq=anchor_seq, limit=limit)
         cutoff = older_than.isoformat()
-        prefix: list[schema.AuditRow] = []
+        prefix: list[AuditRecord] = []
         for row in rows:
             if row.at >= cutoff:
                 break
@@ -121,7 +187,8 @@ class Retention:
             return 0
         if prefix[0].seq != anchor_seq + 1:
             raise AuditChainBroken(f"record {anchor_seq + 1} is missing")
-        checked = verify_chain(prefix, start_hash=anchor_hash)
+        # Hashing thousands of records: off the event loop.
+        checked = await asyncio.to_thread(verify_chain, prefix, anchor_hash)
         if not checked.ok:
             raise AuditChainBroken(checked.problem)
         where = await archive(prefix)
