@@ -5,6 +5,7 @@ Time is a parameter: each pruning is given the moment before which things are ol
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -23,6 +24,8 @@ from workflow.store.tables import (
     AUDIT,
     AUDIT_ANCHOR,
     DECISIONS,
+    ESCALATIONS,
+    EXECUTIONS,
     OUTBOX,
     OUTCOMES,
     PROPOSALS,
@@ -89,6 +92,64 @@ async def test_decided_proposals_are_pruned_with_what_belongs_to_them_held_ones_
     assert loaded is not None
     assert loaded[0].state is RequestState.PENDING
     assert await store.retention.prune_decided(LATER) == 0
+
+
+async def test_replicas_pruning_at_once_take_each_proposal_once_and_leave_nothing_behind(
+    database_url: str,
+) -> None:
+    replicas = [await Store.open(database_url) for _ in range(2)]
+    first = replicas[0]
+    try:
+        reads = [record(f"r{i}", "read_file") for i in range(30)]
+        writes = [record(f"w{i}") for i in range(10)]
+        await first.proposals.record([*reads, *writes, record("held")], T0)
+        for rec in writes:
+            await _approve(first, rec.id, T0)
+        async with first.db.engine.begin() as conn:
+            for rec in writes:
+                assert rec.request is not None
+                await conn.execute(
+                    ESCALATIONS.insert().values(
+                        request_id=rec.request.request_id, taken=1, updated_at=T0
+                    )
+                )
+                await conn.execute(
+                    EXECUTIONS.insert().values(
+                        release_id=f"rl_{rec.id}",
+                        proposal_id=rec.id,
+                        agent="agent-1",
+                        success=True,
+                        summary="ran",
+                        finished_at=T0,
+                    )
+                )
+
+        async def drain(replica: Store) -> int:
+            total = 0
+            while n := await replica.retention.prune_decided(LATER, limit=3):
+                total += n
+            return total
+
+        assert sum(await asyncio.gather(*(drain(r) for r in replicas))) == 40
+        for table in (DECISIONS, ESCALATIONS, EXECUTIONS, OUTBOX):
+            assert await _count(first, table) == 0
+        for table in (PROPOSALS, OUTCOMES, REQUESTS):
+            assert await _count(first, table) == (1 if table is not OUTCOMES else 0)
+        loaded = await first.requests.load_for_proposal("held")
+        assert loaded is not None
+        assert loaded[0].state is RequestState.PENDING
+    finally:
+        for replica in replicas:
+            await replica.close()
+
+
+async def test_the_pruners_plain_records_are_the_stored_rows(store: Store) -> None:
+    await _audit_at(store, T0, 5)
+    rows = await store.audit.rows(after_seq=1)
+    records = await store.audit.records(after_seq=1, limit=3)
+    assert [r._asdict() for r in records] == [
+        {f: getattr(row, f) for f in RECORD_FIELDS} for row in rows[:3]
+    ]
 
 
 async def test_pruning_decided_proposals_goes_in_bounded_chunks(store: Store) -> None:

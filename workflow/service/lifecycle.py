@@ -24,6 +24,7 @@ from workflow.errors import ConfigError, ConnectError, HeadgateError
 from workflow.policy.coverage import approval_gaps
 from workflow.policy.load import load_policy
 from workflow.policy.model import Policy
+from workflow.service import memtrace
 from workflow.service.background import every
 from workflow.service.broker import build_app
 from workflow.service.collector import Collector
@@ -185,6 +186,24 @@ class Service:
             )  # fmt: skip
         return signer
 
+    def _start_housekeeping(self, ctx: ServiceContext) -> None:
+        """The main process's background loops: sweeper, republisher, pruner (and the memory
+        trace when `HEADGATE_TRACEMALLOC` asks for it)."""
+        s = self.settings
+        self.supervisor.start(
+            "sweeper", lambda _: every(s.sweep_interval, "sweep", ctx, self.stopping)
+        )
+        self.supervisor.start(
+            "republisher",
+            lambda _: every(s.republish_interval, "republish", ctx, self.stopping),
+        )
+        self.supervisor.start("pruner", lambda _: pruner(ctx, s.data_dir, self.stopping))
+        traced = memtrace.interval_from_env()
+        if traced is not None:
+            self.supervisor.start(
+                "memory trace", lambda _: memtrace.trace(s.data_dir, traced, self.stopping)
+            )
+
     async def _start(self) -> None:
         s = self.settings
         policy = load_settings_policy(s)
@@ -256,14 +275,7 @@ class Service:
                 stall_after=s.stall_after,
             )
         if not s.intake_worker:
-            self.supervisor.start(
-                "sweeper", lambda _: every(s.sweep_interval, "sweep", ctx, self.stopping)
-            )
-            self.supervisor.start(
-                "republisher",
-                lambda _: every(s.republish_interval, "republish", ctx, self.stopping),
-            )
-            self.supervisor.start("pruner", lambda _: pruner(ctx, s.data_dir, self.stopping))
+            self._start_housekeeping(ctx)
         if s.policy_path is not None:
             self._policy_mtime = s.policy_path.stat().st_mtime
             self.supervisor.start("policy watcher", lambda _: self._watch_policy())

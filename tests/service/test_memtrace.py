@@ -1,0 +1,50 @@
+"""The memory trace a soak turns on with `HEADGATE_TRACEMALLOC`: off unless asked, a bad value
+said and ignored, and when on, a baseline then the differences against it in the data dir."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+
+from workflow.service import memtrace
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, None), ("", None), ("60", 60.0), ("0.5", 0.5), ("0", None), ("-3", None), ("x", None)],
+)
+def test_the_interval_is_read_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, expected: float | None
+) -> None:
+    if value is None:
+        monkeypatch.delenv(memtrace.ENV, raising=False)
+    else:
+        monkeypatch.setenv(memtrace.ENV, value)
+    assert memtrace.interval_from_env() == expected
+
+
+def test_a_value_that_is_not_seconds_is_said(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(memtrace.ENV, "often")
+    with caplog.at_level(logging.WARNING, "headgate.memtrace"):
+        assert memtrace.interval_from_env() is None
+    assert "'often' is not a number of seconds" in caplog.text
+
+
+async def test_the_trace_writes_a_baseline_then_what_grew_since(tmp_path: Path) -> None:
+    stopping = asyncio.Event()
+    kept: list[bytes] = []
+    task = asyncio.create_task(memtrace.trace(tmp_path, 0.01, stopping))
+    log = tmp_path / "tracemalloc.log"
+    while log.read_text().count("---") < 3 if log.exists() else True:
+        kept.append(b"x" * 100_000)  # something that grows between snapshots
+        await asyncio.sleep(0.01)
+    stopping.set()
+    await task
+    text = log.read_text()
+    assert text.index("baseline") < text.index("KiB")
+    assert "test_memtrace.py" in text  # the growing line is named
