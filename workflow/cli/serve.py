@@ -207,8 +207,11 @@ def serve(
         log_level,
         process=f"intake worker pid {os.getpid()}" if intake_worker else None,
     )
+    from workflow.service.allocator import limit_arenas
     from workflow.service.lifecycle import Service
     from workflow.service.settings import Settings
+
+    limit_arenas()  # before any thread starts
 
     settings = Settings(
         data_dir=data_dir,

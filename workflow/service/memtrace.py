@@ -83,7 +83,9 @@ async def trace(data_dir: Path, interval: float, stopping: asyncio.Event) -> Non
                     f"{stat.size_diff / 1024:+10.1f} KiB {stat.count_diff:+8d} blocks "
                     f"(now {stat.size / 1024:.1f} KiB)\n"
                 )
-                lines.extend(f"      {frame}\n" for frame in stat.traceback.format()[-FRAMES:])
+                # File and line only: reading the source (`format()`) fills linecache, which
+                # then shows up as growth of its own.
+                lines.extend(f"      {f.filename}:{f.lineno}\n" for f in stat.traceback)
             text = "".join(lines)
         await asyncio.to_thread(_append, out, text)
     tracemalloc.stop()
