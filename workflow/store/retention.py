@@ -4,9 +4,9 @@ anchored).
 
 Each call deletes at most `limit` items in one short transaction at background priority (every
 other writer waiting goes first; on SQLite it runs off the event loop), so the pruner never
-holds the database for long; the
-service calls it again until there is nothing left to prune. Every deletion is idempotent, so
-several replicas may prune at once; audit pruning moves the anchor with an optimistic check.
+holds the database for long; the service calls it again until there is nothing left to prune.
+Every deletion is idempotent, so several replicas may prune at once; audit pruning moves the
+anchor with an optimistic check.
 """
 
 from __future__ import annotations
@@ -27,13 +27,7 @@ from workflow.store.schema import UTCDateTime
 from workflow.store.tables import (
     AUDIT,
     AUDIT_ANCHOR,
-    DECISIONS,
-    ESCALATIONS,
-    EXECUTIONS,
     OUTBOX,
-    OUTCOMES,
-    PROPOSALS,
-    REQUESTS,
 )
 
 #: Receives a prefix of the chain about to be pruned; returns where it was archived. It must
@@ -85,28 +79,6 @@ SELECT count(*) FROM oldest
 ).bindparams(bindparam("cutoff", type_=UTCDateTime()), bindparam("n", type_=Integer()))
 
 
-def _prune_decided_core(conn: Connection, older_than: datetime, limit: int) -> int:
-    """`prune_decided` through Core, for a SQLite database without the DB-API fast path."""
-    oldest = (
-        select(OUTCOMES.c.proposal_id)
-        .where(OUTCOMES.c.at < older_than)
-        .order_by(OUTCOMES.c.at)
-        .limit(limit)
-    )
-    ids = [row[0] for row in conn.execute(oldest)]
-    if not ids:
-        return 0
-    requests = select(REQUESTS.c.request_id).where(REQUESTS.c.proposal_id.in_(ids))
-    conn.execute(delete(DECISIONS).where(DECISIONS.c.request_id.in_(requests)))
-    conn.execute(delete(ESCALATIONS).where(ESCALATIONS.c.request_id.in_(requests)))
-    conn.execute(delete(REQUESTS).where(REQUESTS.c.proposal_id.in_(ids)))
-    conn.execute(delete(EXECUTIONS).where(EXECUTIONS.c.proposal_id.in_(ids)))
-    conn.execute(delete(OUTBOX).where(OUTBOX.c.proposal_id.in_(ids)))
-    conn.execute(delete(OUTCOMES).where(OUTCOMES.c.proposal_id.in_(ids)))
-    conn.execute(delete(PROPOSALS).where(PROPOSALS.c.id.in_(ids)))
-    return len(ids)
-
-
 class AuditChainBroken(Exception):
     """The records about to be pruned do not verify: they are kept as evidence."""
 
@@ -121,20 +93,16 @@ class Retention:
         request, decisions, escalation, execution reports and outbox rows; returns how many.
         A proposal without an outcome (still held) is never pruned.
 
-        One statement per table, the proposals' rows found by the database (no ids through
-        Python and back): on PostgreSQL a single statement whose first step locks the oldest
-        outcomes it takes, skipping those another replica is pruning; on SQLite (one writer)
-        the ids once, then one `DELETE … IN (…)` per table through the DB-API."""
+        Set-based: on PostgreSQL one statement (one round trip) whose first step locks the
+        oldest outcomes it takes, skipping those another replica is pruning; on SQLite (one
+        writer at a time) the ids once, then one `DELETE … IN (…)` per table through the
+        DB-API, the requests' ids found by a subquery."""
         if self.db.dialect == "postgresql":
             return await self.db.transact(
                 lambda conn: int(
                     conn.execute(_PG_PRUNE_DECIDED, {"cutoff": older_than, "n": limit}).scalar_one()
                 ),
                 background=True,
-            )
-        if not self.db.fast:  # an in-memory SQLite database (tests): the same, through Core
-            return await self.db.transact(
-                lambda conn: _prune_decided_core(conn, older_than, limit), background=True
             )
         cutoff = fastpath.sqlite_datetime(older_than)
 
