@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -14,16 +15,26 @@ from workflow.service import memtrace
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(None, None), ("", None), ("60", 60.0), ("0.5", 0.5), ("0", None), ("-3", None), ("x", None)],
+    [
+        (None, None),
+        ("", None),
+        ("60", memtrace.TraceSpec(60.0, python=True)),
+        ("0.5", memtrace.TraceSpec(0.5, python=True)),
+        ("60,c", memtrace.TraceSpec(60.0, python=False)),
+        ("60,x", None),
+        ("0", None),
+        ("-3", None),
+        ("x", None),
+    ],
 )
 def test_the_interval_is_read_from_the_environment(
-    monkeypatch: pytest.MonkeyPatch, value: str | None, expected: float | None
+    monkeypatch: pytest.MonkeyPatch, value: str | None, expected: memtrace.TraceSpec | None
 ) -> None:
     if value is None:
         monkeypatch.delenv(memtrace.ENV, raising=False)
     else:
         monkeypatch.setenv(memtrace.ENV, value)
-    assert memtrace.interval_from_env() == expected
+    assert memtrace.spec_from_env() == expected
 
 
 def test_a_value_that_is_not_seconds_is_said(
@@ -31,14 +42,14 @@ def test_a_value_that_is_not_seconds_is_said(
 ) -> None:
     monkeypatch.setenv(memtrace.ENV, "often")
     with caplog.at_level(logging.WARNING, "headgate.memtrace"):
-        assert memtrace.interval_from_env() is None
-    assert "'often' is not a number of seconds" in caplog.text
+        assert memtrace.spec_from_env() is None
+    assert "'often' is not SECONDS or SECONDS,c" in caplog.text
 
 
 async def test_the_trace_writes_a_baseline_then_what_grew_since(tmp_path: Path) -> None:
     stopping = asyncio.Event()
     kept: list[bytes] = []
-    task = asyncio.create_task(memtrace.trace(tmp_path, 0.01, stopping))
+    task = asyncio.create_task(memtrace.trace(tmp_path, memtrace.TraceSpec(0.01, True), stopping))
     log = tmp_path / "tracemalloc.log"
     while log.read_text().count("---") < 3 if log.exists() else True:
         kept.append(b"x" * 100_000)  # something that grows between snapshots
@@ -48,3 +59,16 @@ async def test_the_trace_writes_a_baseline_then_what_grew_since(tmp_path: Path) 
     text = log.read_text()
     assert text.index("baseline") < text.index("KiB")
     assert "test_memtrace.py" in text  # the growing line is named
+    assert "RSS" in text
+
+
+async def test_the_c_side_figures_alone_cost_no_tracing(tmp_path: Path) -> None:
+    stopping = asyncio.Event()
+    task = asyncio.create_task(memtrace.trace(tmp_path, memtrace.TraceSpec(0.01, False), stopping))
+    log = tmp_path / "tracemalloc.log"
+    while not log.exists() or log.read_text().count("---") < 2:
+        await asyncio.sleep(0.01)
+    stopping.set()
+    await task
+    assert not tracemalloc.is_tracing()
+    assert "malloc in use" in log.read_text()  # glibc, as on the machines this runs on

@@ -198,7 +198,7 @@ class Service:
             lambda _: every(s.republish_interval, "republish", ctx, self.stopping),
         )
         self.supervisor.start("pruner", lambda _: pruner(ctx, s.data_dir, self.stopping))
-        traced = memtrace.interval_from_env()
+        traced = memtrace.spec_from_env()
         if traced is not None:
             self.supervisor.start(
                 "memory trace", lambda _: memtrace.trace(s.data_dir, traced, self.stopping)

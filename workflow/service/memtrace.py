@@ -2,20 +2,24 @@
 
 `HEADGATE_TRACEMALLOC=SECONDS` starts `tracemalloc` when the service starts and, every SECONDS,
 compares a snapshot of the Python heap with the one taken at the first tick, writing the
-biggest differences (by the line that allocated them) to `tracemalloc.log` in the data dir,
-with the traced total and the process's RSS. What the C libraries allocate (SQLite's page
-cache, OpenSSL, the allocator's own free lists) is not traced: RSS growing while the traced
-total stays flat points there. Tracing costs the service a good part of its throughput: use it
-to find a leak, not to measure speed.
+biggest differences (by the lines that allocated them) to `tracemalloc.log` in the data dir.
+Each entry starts with the figures of what `tracemalloc` does not see: the process's RSS, the
+C allocator's bytes in use and free (glibc's `mallinfo2`: free bytes growing while the bytes in
+use stay flat is fragmentation) and SQLite's own heap (its page caches and prepared
+statements). Tracing the Python heap costs the service most of its throughput: to follow the
+C-side figures alone at full speed, set `HEADGATE_TRACEMALLOC=SECONDS,c`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import logging
 import os
 import time
 import tracemalloc
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("headgate.memtrace")
@@ -26,21 +30,27 @@ FRAMES = 8
 TOP = 25
 
 
-def interval_from_env() -> float | None:
-    """The seconds between snapshots `HEADGATE_TRACEMALLOC` asks for; None when it is unset.
-    A value that is not a positive number is said and ignored (a diagnostic never stops the
-    service)."""
+@dataclass(frozen=True, slots=True)
+class TraceSpec:
+    seconds: float
+    python: bool  # trace the Python heap too (else only the C-side figures)
+
+
+def spec_from_env() -> TraceSpec | None:
+    """What `HEADGATE_TRACEMALLOC` asks for (`SECONDS` or `SECONDS,c`); None when it is unset.
+    A value that is not that is said and ignored (a diagnostic never stops the service)."""
     raw = os.environ.get(ENV, "").strip()
     if not raw:
         return None
+    number, _, mode = raw.partition(",")
     try:
-        seconds = float(raw)
+        seconds = float(number)
     except ValueError:
         seconds = 0.0
-    if seconds <= 0:
-        log.warning("%s=%r is not a number of seconds; memory tracing stays off", ENV, raw)
+    if seconds <= 0 or mode.strip() not in ("", "c"):
+        log.warning("%s=%r is not SECONDS or SECONDS,c; memory tracing stays off", ENV, raw)
         return None
-    return seconds
+    return TraceSpec(seconds, python=mode.strip() != "c")
 
 
 def _rss_mb() -> float | None:
@@ -53,32 +63,71 @@ def _rss_mb() -> float | None:
     return None
 
 
-async def trace(data_dir: Path, interval: float, stopping: asyncio.Event) -> None:
-    """Snapshot every `interval` seconds until `stopping` is set; the first is the baseline."""
-    tracemalloc.start(FRAMES)
+_MALLINFO2 = (
+    "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+    "fordblks", "keepcost",
+)  # fmt: skip
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2]
+
+
+def _load(name: str) -> ctypes.CDLL | None:
+    path = ctypes.util.find_library(name)
+    try:
+        return ctypes.CDLL(path) if path else None
+    except OSError:
+        return None
+
+
+def c_side_figures() -> str:
+    """RSS, glibc's bytes in use / free (`mallinfo2`, all arenas) and SQLite's heap, as far as
+    this platform tells them."""
+    parts = [f"RSS {_rss_mb()} MB"]
+    libc = _load("c")
+    mallinfo2 = getattr(libc, "mallinfo2", None)
+    if mallinfo2 is not None:
+        mallinfo2.restype = _MallInfo2
+        info = mallinfo2()
+        in_use = (info.uordblks + info.hblkhd) / 2**20
+        parts.append(f"malloc in use {in_use:.1f} MB, free {info.fordblks / 2**20:.1f} MB")
+    sqlite = _load("sqlite3")
+    used = getattr(sqlite, "sqlite3_memory_used", None)
+    if used is not None:
+        used.restype = ctypes.c_int64
+        parts.append(f"SQLite heap {used() / 2**20:.1f} MB")
+    return ", ".join(parts)
+
+
+async def trace(data_dir: Path, spec: TraceSpec, stopping: asyncio.Event) -> None:
+    """Write an entry every `spec.seconds` until `stopping` is set; with `spec.python`, the
+    first snapshot of the Python heap is the baseline the later ones are compared with."""
+    if spec.python:
+        tracemalloc.start(FRAMES)
     out = data_dir / "tracemalloc.log"
     baseline: tracemalloc.Snapshot | None = None
     start = time.monotonic()
-    log.info("memory tracing every %g s to %s", interval, out)
+    log.info("memory tracing every %g s to %s", spec.seconds, out)
     while not stopping.is_set():
         try:
-            await asyncio.wait_for(stopping.wait(), interval)
+            await asyncio.wait_for(stopping.wait(), spec.seconds)
             break
         except TimeoutError:
             pass
+        head = f"--- {time.monotonic() - start:.0f} s: {c_side_figures()}"
+        if not spec.python:
+            await asyncio.to_thread(_append, out, head + "\n")
+            continue
         snap = await asyncio.to_thread(_snapshot)
         traced, peak = tracemalloc.get_traced_memory()
-        head = (
-            f"--- {time.monotonic() - start:.0f} s: traced {traced / 2**20:.1f} MB "
-            f"(peak {peak / 2**20:.1f}), RSS {_rss_mb()} MB\n"
-        )
+        head += f", Python heap traced {traced / 2**20:.1f} MB (peak {peak / 2**20:.1f})\n"
         if baseline is None:
             baseline = snap
             text = head + "baseline\n"
         else:
-            diff = snap.compare_to(baseline, "traceback")
             lines = [head]
-            for stat in diff[:TOP]:
+            for stat in snap.compare_to(baseline, "traceback")[:TOP]:
                 lines.append(
                     f"{stat.size_diff / 1024:+10.1f} KiB {stat.count_diff:+8d} blocks "
                     f"(now {stat.size / 1024:.1f} KiB)\n"
@@ -88,7 +137,8 @@ async def trace(data_dir: Path, interval: float, stopping: asyncio.Event) -> Non
                 lines.extend(f"      {f.filename}:{f.lineno}\n" for f in stat.traceback)
             text = "".join(lines)
         await asyncio.to_thread(_append, out, text)
-    tracemalloc.stop()
+    if spec.python:
+        tracemalloc.stop()
 
 
 def _snapshot() -> tracemalloc.Snapshot:
