@@ -17,8 +17,10 @@ from nats.aio.client import Client as NATS
 
 from tests.adapters.test_hook_gate import READ, WRITE
 from tests.adapters.test_lite import _reject, light
-from tests.service.helpers import unique_prefix
+from tests.service.helpers import running_service, unique_prefix
 from tests.service.test_embedded_access import Refusals, run_cli
+from tests.service.test_hook_endpoint import READ as HOOK_READ
+from tests.service.test_hook_endpoint import decision_of, post, reason_of
 from workflow import agent_identities, datadir
 from workflow.adapters import claude_code
 from workflow.adapters.calls import Action, proposal_base, proposal_id
@@ -281,6 +283,28 @@ async def test_a_registered_agents_hook_light_path_and_cli_work(
         assert run.returncode == 0, run.stderr
 
 
+async def test_a_registered_agents_unattended_worker_reads_its_durable(
+    embedded: Service, tmp_path: Path
+) -> None:
+    """The worker's durable `agent-alpha` is created through the filtered create subject and
+    read and acked with ALPHA's own user."""
+    data, prefix = embedded.settings.data_dir, embedded.subjects.prefix
+    ran: list[str] = []
+    stop = asyncio.Event()
+
+    async def read_file(path: str) -> str:
+        ran.append(path)
+        stop.set()
+        return "read"
+
+    async with Headgate.connect(agent=ALPHA, prefix=prefix, data_dir=data,
+                                state_dir=tmp_path / "state") as hg:  # fmt: skip
+        await hg.enqueue("read_file", {"path": "notes.txt"})
+        stats = await asyncio.wait_for(hg.run_released({"read_file": read_file}, stop=stop), 30)
+    assert ran == ["notes.txt"]
+    assert stats.executed == 1
+
+
 # --------------------------------------------------------------------------- while serve runs
 
 
@@ -317,6 +341,31 @@ async def test_agents_added_and_removed_while_serve_runs_are_applied(tmp_path: P
     finally:
         await shared.close()
         await service.stop()
+
+
+async def test_the_http_hooks_take_only_a_registered_agents_own_token(
+    nats_url: str, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    own = agent_identities.add(data, ALPHA).token.read_text().strip()
+    async with running_service(nats_url, data, hook_listen="127.0.0.1:0") as h:
+        shared = datadir.hook_token(data)[0]
+        assert decision_of(await post(h, HOOK_READ, token=own, agent=ALPHA)) == "allow"
+        refused = await post(h, HOOK_READ, token=shared, agent=ALPHA)  # the shared token: no
+        assert decision_of(refused) == "block"
+        assert "credentials/agents/NAME.token" in reason_of(refused)
+        assert decision_of(await post(h, HOOK_READ, token=own, agent=OPEN)) == "block"
+        assert decision_of(await post(h, HOOK_READ, token=shared, agent=OPEN)) == "allow"
+        # Registered while serve runs: its own token from then on.
+        later = agent_identities.add(data, BETA).token.read_text().strip()
+        assert h.service.agent_access is not None
+        assert await h.service.agent_access.apply("test")
+        assert decision_of(await post(h, HOOK_READ, token=shared, agent=BETA)) == "block"
+        assert decision_of(await post(h, HOOK_READ, token=later, agent=BETA)) == "allow"
+        applied = agent_identities.read_applied(data)
+        assert applied is not None
+        assert not applied.embedded  # NATS users are the operator's on an external server
+        assert applied.hook_agents == (ALPHA, BETA)
 
 
 # --------------------------------------------------------------------------- registry and CLI
