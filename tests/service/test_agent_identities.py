@@ -410,6 +410,12 @@ async def test_the_agents_commands_say_what_is_wrong_without_a_traceback(
         assert "Traceback" not in run.stderr
     helped = await run_cli(tmp_path, "agents", "--help")
     assert "shared agent user" in helped.stdout
+    for name, token in ((ALPHA, f"credentials/agents/{ALPHA}.token"), (OPEN, "hook.token")):
+        snippet = await run_cli(tmp_path, "hook", "claude-code", "--agent", name,
+                                "--print-config", "--http", "--hook-url", "http://127.0.0.1:9",
+                                "--data-dir", data)  # fmt: skip
+        assert snippet.returncode == 0, snippet.stderr
+        assert f"{data}/{token})" in snippet.stdout  # the token file it tells to export
 
 
 def test_the_config_gives_each_registered_agent_its_own_user_and_denies_it_to_the_shared_one() -> (
