@@ -122,7 +122,7 @@ def reload_server(server: EmbeddedNats, timeout: float = RELOAD_TIMEOUT) -> None
     while time.monotonic() < until:
         if _config_load_time(server) != before:
             return
-        time.sleep(0.05)
+        time.sleep(0.01)
     tail = ""
     log_file = server.store_dir / "nats-server.log"
     with contextlib.suppress(OSError):
