@@ -76,9 +76,11 @@ def _write_private(path: Path, text: str) -> None:
 def add(data_dir: Path, name: str) -> AgentIdentity:
     """Register `name`: its nkey seed and hook token, both 0600. A `ConfigError` for a bad
     name or one already registered (nothing is overwritten)."""
+    from workflow.datadir import make_private
     from workflow.signing import ApproverKey
 
     check_name(name)
+    make_private(data_dir)
     _private_dir(data_dir / CREDENTIALS_DIR)
     _private_dir(agents_dir(data_dir))
     seed, token = agent_credentials_file(data_dir, name), token_file(data_dir, name)

@@ -378,6 +378,7 @@ def test_names_duplicates_and_file_modes(tmp_path: Path) -> None:
     assert stat.S_IMODE(found.token.stat().st_mode) == 0o600
     assert stat.S_IMODE(found.seed.parent.stat().st_mode) == 0o700
     assert stat.S_IMODE((data / datadir.CREDENTIALS_DIR).stat().st_mode) == 0o700
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700  # made by `agents add` before serve ran
     assert found.seed.read_text().startswith("SU")
     with pytest.raises(ConfigError, match="already registered"):
         agent_identities.add(data, ALPHA)

@@ -105,6 +105,8 @@ def list_agents(data_dir: DataDir = DEFAULT_DATA_DIR, json_out: JsonOut = False)
     found = agent_identities.registered(data_dir)
     running = datadir.running_serve(data_dir)
     applied = agent_identities.read_applied(data_dir) if running else None
+    if applied is not None and applied.pid != running:
+        applied = None  # a previous serve's
     rows = []
     for name, identity in found.items():
         if applied is None:
