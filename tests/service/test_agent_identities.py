@@ -33,6 +33,7 @@ from workflow.client.connection import (
     inbox_prefix_for,
     resolve_nats,
 )
+from workflow.client.worker import consumer_config
 from workflow.errors import ConfigError
 from workflow.messages import Released
 from workflow.service.embedded_access import accounts_config, agent_permissions, permissions
@@ -167,6 +168,31 @@ async def test_a_registered_agent_cannot_make_a_consumer_on_another_agents_resul
         assert json.loads(answer.data)["name"] == "c3"
     finally:
         await nc.close()
+
+
+async def test_a_registered_agent_cannot_repoint_another_agents_durable(
+    embedded: Service,
+) -> None:
+    """Through its own filter, but under BETA's durable name: that would update BETA's durable
+    to deliver ALPHA's results, and BETA's worker would no longer get its releases."""
+    s, refusals = embedded.subjects, Refusals()
+    stream = s.stream("results")
+    beta = await as_agent(embedded, BETA, Refusals())
+    nc = await as_agent(embedded, ALPHA, refusals)
+    try:
+        await beta.jetstream().add_consumer(stream, config=consumer_config(s, BETA))
+        hijack = consumer_config(s, BETA)
+        hijack.filter_subject = s.results(ALPHA)
+        body = json.dumps({"stream_name": stream, "config": hijack.as_dict()}).encode()
+        subject = f"$JS.API.CONSUMER.CREATE.{stream}.agent-{BETA}.{s.results(ALPHA)}"
+        with pytest.raises(nats.errors.TimeoutError):
+            await nc.request(subject, body, 2)
+        assert "permissions violation for publish" in await refusals.next()
+        info = await beta.jetstream().consumer_info(stream, f"agent-{BETA}")
+        assert info.config.filter_subject == s.results(BETA)
+    finally:
+        await nc.close()
+        await beta.close()
 
 
 # --------------------------------------------------------------------------- the shared user

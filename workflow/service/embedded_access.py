@@ -20,8 +20,9 @@ tell one of its clients from another. `headgate agents add NAME` registers an ag
 of its own (`credentials/agents/NAME.nk`), allowed NAME's subjects only — its proposals,
 cancels, reports and queries, its held/released/blocked subjects, its private inbox
 `_INBOX.NAME.>`, consumers on the results stream whose filter is NAME's (created through the
-filtered create subject, which the server checks against the consumer's config) and its
-durable `agent-NAME`. The shared user is then DENIED every one of those subjects (NATS deny
+filtered create subject, which the server checks against the consumer's config; never under
+another registered agent's durable name, which would repoint that durable) and its durable
+`agent-NAME`. The shared user is then DENIED every one of those subjects (NATS deny
 lists), so nobody else can propose, cancel, report or ask as NAME, subscribe to its results or
 read and ack its durable consumer. What the shared user can still do while it exists: make a
 consumer on the results stream with a wildcard filter (`<prefix>.*.*`, which no deny list can
@@ -66,9 +67,10 @@ def consumer_name(agent: str) -> str:
     return f"agent-{agent}"
 
 
-def agent_permissions(agent: str, subjects: Subjects) -> Permissions:
+def agent_permissions(agent: str, subjects: Subjects, others: tuple[str, ...] = ()) -> Permissions:
     """A registered agent's own user: `agent`'s subjects and nothing else (as the agents of
-    deploy/nats/accounts.conf)."""
+    deploy/nats/accounts.conf). `others`: the other registered agents, whose durables it may
+    not touch."""
     results, own = subjects.stream("results"), subjects.results(agent)
     durable = consumer_name(agent)
     return Permissions(
@@ -88,6 +90,13 @@ def agent_permissions(agent: str, subjects: Subjects) -> Permissions:
         subscribe=(
             f"{inbox_prefix_for(agent)}.>",
             subjects.held(agent), subjects.released(agent), subjects.blocked(agent),
+        ),
+        # A create through its own filter under another agent's durable name would update
+        # that durable (create-or-update) to read this agent's results instead: the other
+        # agent's unattended worker would stop getting its releases.
+        deny_publish=tuple(
+            f"$JS.API.CONSUMER.CREATE.{results}.{consumer_name(other)}.>"
+            for other in others if other != agent
         ),
     )  # fmt: skip
 
@@ -179,7 +188,8 @@ def accounts_config(
             continue
         users.append(_user(public_keys[role], role.value, permissions(role, subjects, registered)))
     for name in registered:
-        users.append(_user(agents[name], f"agent {name}", agent_permissions(name, subjects)))
+        allowed = agent_permissions(name, subjects, registered)
+        users.append(_user(agents[name], f"agent {name}", allowed))
     return (
         "# Written by `headgate serve` on every start and when the registered agents change\n"
         "# (see workflow/service/embedded_access.py).\n"
