@@ -22,7 +22,7 @@ from tests.service.test_embedded_access import Refusals, run_cli
 from tests.service.test_hook_endpoint import READ as HOOK_READ
 from tests.service.test_hook_endpoint import decision_of, post, reason_of
 from workflow import agent_identities, datadir
-from workflow.adapters import claude_code
+from workflow.adapters import claude_code, gate
 from workflow.adapters.calls import Action, proposal_base, proposal_id
 from workflow.adapters.options import GateOptions
 from workflow.client import Approver, Headgate
@@ -291,6 +291,7 @@ async def test_a_registered_agents_hook_light_path_and_cli_work(
     data, prefix = embedded.settings.data_dir, embedded.subjects.prefix
     opts = GateOptions(agent=ALPHA, prefix=prefix, data_dir=data, wait=10)
     assert (await light(claude_code.parse(READ), opts)).action == Action.ALLOW
+    assert (await gate.decide(claude_code.parse(READ), opts)).action == Action.ALLOW  # the SDK's
     write = claude_code.parse(WRITE)
     waiting = asyncio.create_task(light(write, opts))
     assert embedded.ctx is not None
