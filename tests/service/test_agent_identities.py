@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -332,6 +333,27 @@ async def test_a_registered_agents_unattended_worker_reads_its_durable(
     assert stats.executed == 1
 
 
+async def test_an_agent_given_a_data_dir_of_its_own_with_only_its_seed_is_served(
+    embedded: Service, tmp_path: Path
+) -> None:
+    """Where agents must not read each other's seeds, each gets a directory holding only the
+    URL, the service's public key and its own seed (HEADGATE_DATA_DIR in its sandbox)."""
+    data, prefix = embedded.settings.data_dir, embedded.subjects.prefix
+    mine = tmp_path / "alpha-only"
+    for name in (datadir.URL_FILE, datadir.SERVICE_KEY_FILE):
+        (mine / name).parent.mkdir(parents=True, exist_ok=True)
+        (mine / name).write_text((data / name).read_text())
+    seed = agent_credentials_file(mine, ALPHA)
+    seed.parent.mkdir(parents=True)
+    seed.write_text(agent_credentials_file(data, ALPHA).read_text())
+    opts = GateOptions(agent=ALPHA, prefix=prefix, data_dir=mine, wait=10)
+    assert (await light(claude_code.parse(READ), opts)).action == Action.ALLOW
+    async with Headgate.connect(agent=ALPHA, prefix=prefix, data_dir=mine) as hg:
+        read = await hg.propose("read_file", {"path": "README.md"})
+        assert isinstance(await read.result(timeout=10), Released)
+    assert not credentials_file(mine, Role.AGENT).exists()  # no shared seed to fall back on
+
+
 # --------------------------------------------------------------------------- while serve runs
 
 
@@ -393,6 +415,34 @@ async def test_the_http_hooks_take_only_a_registered_agents_own_token(
         assert applied is not None
         assert not applied.embedded  # NATS users are the operator's on an external server
         assert applied.hook_agents == (ALPHA, BETA)
+
+
+async def test_sighup_has_a_running_serve_apply_the_registered_agents(tmp_path: Path) -> None:
+    data = tmp_path / ".headgate"
+    proc = await asyncio.create_subprocess_exec(
+        "headgate", "serve", "--data-dir", str(data), "--prefix", unique_prefix(),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    try:
+
+        async def line_with(text: str) -> str:
+            assert proc.stderr is not None
+            while True:
+                line = (await proc.stderr.readline()).decode()
+                assert line, "serve ended"
+                if text in line:
+                    return line
+
+        await asyncio.wait_for(line_with("registered agents (start): none"), 60)
+        proc.send_signal(signal.SIGHUP)
+        await asyncio.wait_for(line_with("registered agents (SIGHUP)"), 30)
+        applied = agent_identities.read_applied(data)
+        assert applied is not None
+        assert applied.pid == proc.pid
+    finally:
+        proc.terminate()
+        await proc.wait()
 
 
 # --------------------------------------------------------------------------- registry and CLI
