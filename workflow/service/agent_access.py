@@ -79,7 +79,12 @@ class AgentAccess:
                     try:
                         await asyncio.to_thread(reload_server, self.server)
                     except HeadgateError as exc:
-                        log.error("registered agents not applied (%s): %s", reason, exc)
+                        # Not again every second: at the next change, or on SIGHUP.
+                        self.seen = seen
+                        log.error(
+                            "registered agents not applied (%s): %s; SIGHUP tries again",
+                            reason, exc,
+                        )  # fmt: skip
                         return False
             tokens = await asyncio.to_thread(agent_identities.hook_tokens, self.data_dir)
             if self.on_tokens is not None:
