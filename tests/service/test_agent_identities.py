@@ -15,6 +15,7 @@ import nats
 import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
+from nats.js.api import DeliverPolicy
 
 from tests.adapters.test_hook_gate import READ, WRITE
 from tests.adapters.test_lite import _reject, light
@@ -34,6 +35,7 @@ from workflow.client.connection import (
     inbox_prefix_for,
     resolve_nats,
 )
+from workflow.client.results import NamedConsumer
 from workflow.client.worker import consumer_config
 from workflow.errors import ConfigError
 from workflow.messages import Released
@@ -513,3 +515,16 @@ def test_the_config_gives_each_registered_agent_its_own_user_and_denies_it_to_th
     assert all(ALPHA in s or s in ("hg.api.key", "$JS.API.INFO", "$JS.FC.HG_RESULTS.>")
                for s in own.publish)  # fmt: skip
     assert "nkey: UAGENTKEY" not in accounts_config(keys, subjects, {}, shared_agent=False)
+
+
+def test_the_sdks_results_consumers_are_named_afresh_for_every_create() -> None:
+    """nats-py copies the config (`evolve`) before each create, also when it remakes an
+    ordered consumer: each copy has a new name, so a remade consumer never updates the one it
+    replaces, and every create goes through the filtered create subject."""
+    config = NamedConsumer(deliver_policy=DeliverPolicy.NEW)
+    config.filter_subject = Subjects("hg").results(ALPHA)
+    first, second = config.evolve(), config.evolve()
+    assert first.name != second.name
+    assert first.name is not None
+    assert first.name.startswith(f"{ALPHA}-")
+    assert first.as_dict()["filter_subject"] == "hg.*.alpha"
