@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from workflow.service.allocator import limit_arenas
+from workflow.service.allocator import limit_arenas, trim
 
 _PROBE = """
 from workflow.service.allocator import limit_arenas
@@ -34,3 +34,8 @@ def test_the_arena_limit_is_set_unless_the_environment_says_how_many() -> None:
 def test_the_environment_wins_in_this_process_too(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
     assert limit_arenas() is False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_freed_memory_is_given_back() -> None:
+    assert trim() is True

@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from workflow.policy.retention import RetentionSpec
+from workflow.service import allocator
 from workflow.service.context import ServiceContext
 from workflow.service.streams import DUPLICATE_WINDOW
 from workflow.store.archive import archive_file
@@ -97,7 +98,12 @@ async def pruner(ctx: ServiceContext, data_dir: Path, stopping: asyncio.Event) -
     logged and retried at the next."""
     while not stopping.is_set():
         try:
-            await prune_once(ctx, data_dir)
+            pruned = await prune_once(ctx, data_dir)
+            if pruned != Pruned():
+                # What a pass read and freed (the audit prefix, the archive's text) leaves
+                # free pages in the allocator's heaps: give them back (off the loop: it walks
+                # the heaps under their locks).
+                await asyncio.to_thread(allocator.trim)
         except Exception as exc:
             log.warning("retention: pruning failed (%s); will retry", exc)
         try:
