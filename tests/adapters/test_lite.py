@@ -129,8 +129,8 @@ async def test_the_light_path_proposes_and_reports_exactly_what_the_sdk_does(
             assert Proposal.model_validate_json(sdk_data).model_dump_json().encode() == sdk_data
             sdk_body, lite_body = json.loads(sdk_data), json.loads(lite_data)
             assert list(sdk_body) == list(lite_body)
-            assert lite_headers == {"Nats-Msg-Id": lite_body["id"]}
-            assert sdk_headers == {"Nats-Msg-Id": sdk_body["id"]}
+            assert lite_headers == {"Nats-Msg-Id": f"{AGENT}:{lite_body['id']}"}
+            assert sdk_headers == {"Nats-Msg-Id": f"{AGENT}:{sdk_body['id']}"}
             varying = ("id", "created_at", "context.session_id")
             assert without(sdk_body, *varying) == without(lite_body, *varying)
         assert json.loads(seen.bodies()[1][0])["source"] == "notes_local"
@@ -139,8 +139,8 @@ async def test_the_light_path_proposes_and_reports_exactly_what_the_sdk_does(
         assert Executed.model_validate_json(lite_report).model_dump_json().encode() == lite_report
         sdk_ex, lite_ex = json.loads(sdk_report), json.loads(lite_report)
         assert list(sdk_ex) == list(lite_ex)
-        assert lite_rh == {"Nats-Msg-Id": f"executed:{lite_ex['release_id']}"}
-        assert sdk_rh == {"Nats-Msg-Id": f"executed:{sdk_ex['release_id']}"}
+        assert lite_rh == {"Nats-Msg-Id": f"executed:{AGENT}:{lite_ex['release_id']}"}
+        assert sdk_rh == {"Nats-Msg-Id": f"executed:{AGENT}:{sdk_ex['release_id']}"}
         varying = ("release_id", "proposal_id", "finished_at")
         assert without(sdk_ex, *varying) == without(lite_ex, *varying)
         assert lite_ex["proposal_id"] == json.loads(seen.bodies()[3][0])["id"]
