@@ -26,6 +26,7 @@ from workflow.client.display import (
     target_of,
     time_left,
 )
+from workflow.controls import FreezeInfo
 from workflow.messages import DecisionVerdict, PendingEntry
 
 if TYPE_CHECKING:
@@ -67,6 +68,8 @@ class InboxState:
     detail: bool = False
     #: An approval waiting for its confirmation (y), for a call that needs one.
     confirming: Action | None = None
+    #: The freezes in force (`api.freezes`), shown above the requests.
+    freezes: list[FreezeInfo] = field(default_factory=list)
 
     def update(self, entries: Sequence[PendingEntry]) -> None:
         """New data, newest first; the selection follows the request it was on."""
@@ -201,7 +204,10 @@ def render(state: InboxState, now: datetime, *, interactive: bool) -> Renderable
     """The inbox as a rich renderable: the pending requests and a status area."""
     title = Text(f"{len(state.entries)} pending" if state.entries else "nothing pending",
                  style="bold")  # fmt: skip
-    parts: list[RenderableType] = [title, Text("")]
+    parts: list[RenderableType] = [title]
+    for freeze in state.freezes:
+        parts.append(Text(f"frozen: {describe_freeze(freeze)}", style="bold red"))
+    parts.append(Text(""))
     current = state.current
     if state.detail and current is not None:
         parts.append(render_detail(current, now))
@@ -229,6 +235,24 @@ def render(state: InboxState, now: datetime, *, interactive: bool) -> Renderable
     if state.message:
         parts.append(Text(state.message, style="italic"))
     return Group(*parts)
+
+
+def describe_freeze(freeze: FreezeInfo) -> str:
+    """One freeze in force, in words: its scope, what it holds, who, when and why."""
+    scope = " in ".join(
+        part
+        for part in (
+            f"agent {freeze.agent}" if freeze.agent else "",
+            f"workspace {freeze.workspace}" if freeze.workspace else "",
+        )
+        if part
+    )
+    calls = "every call" if freeze.all_calls else "every call but reads"
+    why = f": {mask_text(freeze.reason)}" if freeze.reason else ""
+    return (
+        f"{calls} of {scope or 'every agent and workspace'} is held "
+        f"(by {freeze.by}, {freeze.at:%Y-%m-%d %H:%M} UTC){why}"
+    )
 
 
 def _approvals(e: PendingEntry) -> str:
