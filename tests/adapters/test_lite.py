@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -215,17 +214,6 @@ async def test_no_service_and_no_nats_block_within_the_time_budget(
     assert down.code == 2
     assert "cannot reach NATS at nats://127.0.0.1:1 within 1s" in down.stderr
     assert time.monotonic() - started < 1 + 5 + 4 + 1
-
-
-@pytest.fixture
-async def embedded(tmp_path: Path) -> AsyncIterator[Service]:
-    """The service with its embedded server and credentials, as `headgate serve` runs it."""
-    service = Service(Settings(data_dir=tmp_path / ".headgate", prefix=unique_prefix()))
-    await service.start()
-    try:
-        yield service
-    finally:
-        await service.stop()
 
 
 async def test_the_embedded_servers_agent_credentials_and_service_key_from_the_data_dir(
