@@ -15,8 +15,11 @@ from rich.console import Console
 from tests.service.helpers import Harness, running_service, wait_until
 from workflow.cli.inbox_view import KeyLoader, watch_inbox
 from workflow.client.approver import Approver
+from workflow.client.display import describe_freeze
 from workflow.controls import FreezeChanged
 from workflow.eventsig import verify_event
+from workflow.web.app import Feed, _templates
+from workflow.web.backend import NatsBackend
 
 
 def root(h: Harness) -> Approver:
@@ -84,3 +87,24 @@ async def test_the_live_inbox_shows_a_freeze_while_it_is_in_force(
             view.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await view
+
+
+async def test_the_web_inbox_learns_of_a_freeze_from_its_event(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """The web inbox's feed refreshes on the event alone (nobody watching: no periodic
+    refresh), and its list shows the freeze."""
+    async with running_service(nats_url, tmp_path) as h:
+        feed = Feed(NatsBackend(h.nc, h.subjects))
+        await feed.start()
+        try:
+            assert feed.snapshot.freezes == []
+            await root(h).freeze(agent="agent-1", all_calls=True, reason="drill")
+            await wait_until(lambda: asyncio.sleep(0, feed.snapshot.freezes), bool)
+            (shown,) = [describe_freeze(f) for f in feed.snapshot.freezes]
+            html = _templates().get_template("list.html").render(groups=[], frozen=[shown])
+            assert "Frozen: every call of agent agent-1 is held (by root" in html
+            await root(h).thaw(agent="agent-1")
+            await wait_until(lambda: asyncio.sleep(0, feed.snapshot.freezes), lambda f: not f)
+        finally:
+            await feed.stop()

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from workflow.client.display import (
     INTENT_LABEL,
+    describe_freeze,
     intent_text,
     mask_secrets,
     mask_text,
@@ -235,24 +236,6 @@ def render(state: InboxState, now: datetime, *, interactive: bool) -> Renderable
     if state.message:
         parts.append(Text(state.message, style="italic"))
     return Group(*parts)
-
-
-def describe_freeze(freeze: FreezeInfo) -> str:
-    """One freeze in force, in words: its scope, what it holds, who, when and why."""
-    scope = " in ".join(
-        part
-        for part in (
-            f"agent {freeze.agent}" if freeze.agent else "",
-            f"workspace {freeze.workspace}" if freeze.workspace else "",
-        )
-        if part
-    )
-    calls = "every call" if freeze.all_calls else "every call but reads"
-    why = f": {mask_text(freeze.reason)}" if freeze.reason else ""
-    return (
-        f"{calls} of {scope or 'every agent and workspace'} is held "
-        f"(by {freeze.by}, {freeze.at:%Y-%m-%d %H:%M} UTC){why}"
-    )
 
 
 def _approvals(e: PendingEntry) -> str:
