@@ -9,6 +9,7 @@
 | `nats.port` | `serve` with an embedded nats-server (kept after it stops) | the next `serve` |
 | `nats/` | the embedded nats-server's JetStream store and account config | |
 | `credentials/<role>.nk` | `serve` with an embedded server (mode 0600) | clients of that role |
+| `credentials/agents/` | `headgate agents add` (seed and hook token per agent, 0600) | that agent |
 | `web.url` | `serve --web-port` | `headgate web invite` (the link's base) |
 | `notify.key` | `serve`, for webhooks without a secret of their own (0600) | webhook receivers |
 | `hook.token` | `serve --hook-listen` (0600): the HTTP hooks' bearer token | the agents' settings |
@@ -142,6 +143,22 @@ def hook_token(data_dir: Path) -> tuple[str, Path]:
         with os.fdopen(fd, "w") as fh:
             fh.write(os.urandom(32).hex() + "\n")
     return path.read_text().strip(), path
+
+
+def running_serve(data_dir: Path) -> int | None:
+    """The pid of the `serve` that holds this data dir, or None when none runs."""
+    try:
+        fd = os.open(data_dir / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        text = os.read(fd, 32).decode(errors="replace").strip()
+        return int(text) if text.isdigit() else -1
+    finally:
+        os.close(fd)  # closing also releases a lock this took
+    return None
 
 
 def lock(data_dir: Path) -> int:

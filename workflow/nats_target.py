@@ -8,7 +8,9 @@ the per-call hook path (`workflow.adapters.litenats`) all find NATS through `res
    ``HEADGATE_NATS_CREDS`` (a NATS ``.creds`` file) or ``HEADGATE_NATS_NKEY`` (an nkey seed file);
 3. the data dir of a local ``headgate serve`` (``HEADGATE_DATA_DIR``, default ``.headgate``):
    the URL it recorded in ``nats.url`` and the credentials it wrote for each role in
-   ``credentials/<role>.nk`` (mode 0600).
+   ``credentials/<role>.nk`` (mode 0600). An agent registered with ``headgate agents add NAME``
+   has its own, ``credentials/agents/<NAME>.nk``: a client running as that agent takes them
+   instead of the shared agent user's.
 
 A URL and credentials are resolved independently: ``--nats-url`` pointing at the local server
 still picks up the data dir's credentials.
@@ -17,6 +19,7 @@ still picks up the data dir's credentials.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -33,6 +36,10 @@ URL_FILE = "nats.url"
 SERVICE_KEY_FILE = "service.pub"
 #: The data dir's NATS credentials, one nkey seed per role (`credentials/<role>.nk`).
 CREDENTIALS_DIR = "credentials"
+#: Registered agents' own credentials, under the credentials dir (`agents/<name>.nk`).
+AGENTS_DIR = "agents"
+#: What an agent name may be: a NATS subject token (letters, digits, `-` and `_`).
+AGENT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class Role(StrEnum):
@@ -46,6 +53,11 @@ class Role(StrEnum):
 def credentials_file(data_dir: Path, role: Role) -> Path:
     """The nkey seed `serve` writes for `role` in its data dir."""
     return data_dir / CREDENTIALS_DIR / f"{role.value}.nk"
+
+
+def agent_credentials_file(data_dir: Path, agent: str) -> Path:
+    """The nkey seed `headgate agents add` writes for one agent (its own NATS user)."""
+    return data_dir / CREDENTIALS_DIR / AGENTS_DIR / f"{agent}.nk"
 
 
 def inbox_prefix_for(name: str) -> str:
@@ -109,9 +121,11 @@ def resolve_nats(
     creds: Path | str | None = None,
     nkey: Path | str | None = None,
     env: Mapping[str, str] | None = None,
+    agent: str | None = None,
 ) -> NatsTarget:
     """The NATS URL and credentials a client of `role` uses: arguments, then the environment,
-    then the data dir of a local `headgate serve` (see the module docstring).
+    then the data dir of a local `headgate serve` (see the module docstring). An agent client
+    names the `agent` it runs as: its own credentials in the data dir win over the shared ones.
 
     Raises `ConfigError` naming every place it looked when no URL is found anywhere.
     """
@@ -138,14 +152,28 @@ def resolve_nats(
     nkey_path = _path(nkey or env.get("HEADGATE_NATS_NKEY"))
     inbox = inbox_prefix_for(user) if user else None
     if user is None and creds_path is None and nkey_path is None:
-        local = credentials_file(where, role)
+        local, inbox_name = credentials_file(where, role), role.value
+        if role is Role.AGENT and agent is not None and AGENT_NAME.fullmatch(agent):
+            own = agent_credentials_file(where, agent)
+            if own.is_file():
+                local, inbox_name = own, agent
         if local.is_file():
-            nkey_path, inbox = local, inbox_prefix_for(role.value)
+            nkey_path, inbox = local, inbox_prefix_for(inbox_name)
             origin = f"{origin}; credentials {local}"
     return NatsTarget(
         url=url, user=user, password=password, creds=creds_path, nkey=nkey_path,
         inbox_prefix=inbox, origin=origin,
     )  # fmt: skip
+
+
+def refusal_hint(target: NatsTarget) -> str:
+    """What to add to "refused the credentials" when they were the shared agent user's."""
+    if target.nkey is not None and target.nkey.name == f"{Role.AGENT.value}.nk":
+        return (
+            " These are the shared agent user's: a `headgate serve --no-shared-agent` admits "
+            "registered agents only (`headgate agents add NAME`, then run as NAME)."
+        )
+    return ""
 
 
 def _path(value: Path | str | None) -> Path | None:

@@ -31,6 +31,7 @@ from tests.service.helpers import (
     unique_prefix,
     wait_until,
 )
+from workflow import agent_identities
 from workflow.service.lifecycle import Service
 from workflow.service.settings import Settings
 
@@ -129,13 +130,17 @@ async def test_the_listing_hides_the_destructive_tool_and_a_read_returns_at_once
         assert history["proposal"]["source"] == "notes-mcp"
 
 
+@pytest.mark.parametrize("registered", [False, True], ids=["shared-user", "registered"])
 async def test_the_listing_is_filtered_on_the_embedded_default_with_the_agent_credentials(
-    tmp_path: Path,
+    tmp_path: Path, registered: bool
 ) -> None:
     # `serve` with its own nats-server: the proxy finds the URL and the agent's credentials in
-    # the data dir, and the agent may ask which of its tools to offer on its own subject.
+    # the data dir, and the agent may ask which of its tools to offer on its own subject. A
+    # registered agent's subjects are denied to the shared user: the proxy uses its own.
     data, policy = tmp_path / ".headgate", tmp_path / "policy.toml"
     policy.write_text(POLICY)
+    if registered:
+        agent_identities.add(data, AGENT)
     service = Service(Settings(data_dir=data, prefix=unique_prefix(), policy_path=policy))
     await service.start()
     try:

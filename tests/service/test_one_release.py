@@ -159,7 +159,7 @@ async def test_a_replayed_decision_that_is_redelivered_does_not_release_again(
             )
             await h.observer.wait_for("released", pid)
             await ctx.marker.flush()  # the release is confirmed and marked published
-            real, real_many = ctx.store.requests.load, ctx.store.requests.load_many
+            real, real_batch = ctx.store.requests.load, ctx.store.decision_reads
             loads = 0
 
             async def failing_once(ident: str) -> Any:
@@ -169,17 +169,17 @@ async def test_a_replayed_decision_that_is_redelivered_does_not_release_again(
                     raise OSError("database is locked")
                 return await real(ident)
 
-            async def many_failing_once(idents: list[str]) -> Any:
+            async def batch_failing_once(idents: list[str], nonces: list[str]) -> Any:
                 nonlocal loads
                 loads += 1
                 if loads == 1:
                     raise OSError("database is locked")
-                return await real_many(idents)
+                return await real_batch(idents, nonces)
 
-            # The collector reads a batch's requests at once (`load_many`), one alone
-            # otherwise (`load`): the first read of either fails.
+            # The collector reads what a batch needs at once (`decision_reads`), a request
+            # alone otherwise (`load`): the first read of either fails.
             monkeypatch.setattr(ctx.store.requests, "load", failing_once)
-            monkeypatch.setattr(ctx.store.requests, "load_many", many_failing_once)
+            monkeypatch.setattr(ctx.store, "decision_reads", batch_failing_once)
             replay = _replayed(await h.service_history(pid))
             await h.nc.jetstream().publish(h.subjects.decisions(item["request_id"]), replay)
             await wait_until(lambda: _collector_idle(h, loads), bool)

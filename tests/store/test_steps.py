@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from tests.store.test_repo import record
 from workflow.effects import AuditEntry, DecisionRecord, OutboxEvent, OutcomeRecord, StepWrite
+from workflow.messages import ApprovalRecord
 from workflow.outcomes import Outcome, RequestState
 from workflow.store.repo import Store
 from workflow.store.requests import ConcurrentUpdate
@@ -177,3 +178,48 @@ def test_the_kinds_of_step_set_every_field_a_step_write_has() -> None:
         f.name for f in fields(StepWrite) if all(getattr(s, f.name) in (None, []) for s in steps)
     ]
     assert unset == []
+
+
+async def test_decision_reads_are_what_the_reads_one_by_one_give(store: Store) -> None:
+    """The collector's one read per batch (`Store.decision_reads`; on SQLite through the
+    DB-API) gives the requests with their approvals in arrival order, the recorded nonces
+    with their signatures, the stored proposals and the freezes, as the Core reads do."""
+    recs = [record(f"p{i}") for i in range(3)]
+    await store.proposals.record(recs, NOW)
+    ids = [rec.request.request_id for rec in recs if rec.request is not None]
+    assert len(ids) == 3
+    approvals = [
+        ApprovalRecord(approver=name, nonce=f"nonce-{name}-{i:04d}", issued_at=NOW)
+        for i, name in enumerate(("bea", "ann"))
+    ]
+    for n, approval in enumerate(approvals):
+        loaded = await store.requests.load(ids[0])
+        assert loaded is not None
+        await store.requests.commit_step(
+            StepWrite(
+                request_id=ids[0], expected_version=loaded[1],
+                decision=DecisionRecord(
+                    nonce=approval.nonce, request_id=ids[0], approver=approval.approver,
+                    key=None, signature=f"sig-{n}", verdict="approve", accepted=True,
+                    refusal=None, message="counted", record=approval.model_dump_json(),
+                    received_at=NOW + timedelta(seconds=n),
+                ),
+            ),
+            NOW,
+        )  # fmt: skip
+    reads = await store.decision_reads(
+        [*ids, "rq_missing"], ["nonce-bea-0000", "nonce-ann-0001", "nonce-new"]
+    )
+    assert set(reads.requests) == set(ids)
+    for request_id in ids:
+        assert reads.requests[request_id] == await store.requests.load(request_id)
+    held, version = reads.requests[ids[0]]
+    assert [a.approver for a in held.approvals] == ["bea", "ann"]
+    assert version == 2
+    assert held.expires_at.tzinfo is not None
+    assert reads.nonces == {"nonce-bea-0000": "sig-0", "nonce-ann-0001": "sig-1"}
+    assert sorted(p.id for p in reads.parts) == ["p0", "p1", "p2"]
+    one_by_one = {p.id: p for p in await store.proposals.stored(["p0", "p1", "p2"])}
+    assert {p.id: p for p in reads.parts} == one_by_one
+    assert all(p.received_at.tzinfo is not None for p in reads.parts)
+    assert reads.freezes == await store.grants.freezes()

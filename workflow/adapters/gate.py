@@ -50,7 +50,9 @@ async def decide(call: HookCall, options: GateOptions) -> Answer:
     """Headgate's answer to one hook event (the call has been reported, for an `after`)."""
     if call.phase is Phase.OTHER:
         return NEUTRAL
-    target = resolve_nats(options.nats_url, role=Role.AGENT, data_dir=options.data_dir)
+    target = resolve_nats(
+        options.nats_url, role=Role.AGENT, data_dir=options.data_dir, agent=options.agent
+    )
     async with Headgate.connect(
         target, agent=options.agent, workspace=options.workspace, prefix=options.prefix,
         connect_timeout=options.connect_timeout, max_reconnect_attempts=0,

@@ -23,6 +23,7 @@ A message that does not verify is ignored; nothing unverified ever allows a call
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Mapping
@@ -344,14 +345,17 @@ class Session:
         deliver = self.conn.new_subject()
         sid = self.conn.subscribe(deliver)
         stream = self.subjects.stream("results")
+        # Named, and created through the subject that carries its filter: the server checks
+        # the filter there, so a user may be allowed only its own results (see deploy/nats).
+        name, only = f"{self.agent}-{os.urandom(6).hex()}", self.subjects.results(self.agent)
         config = {
-            **start, "ack_policy": "none", "filter_subject": self.subjects.results(self.agent),
+            **start, "name": name, "ack_policy": "none", "filter_subject": only,
             "deliver_subject": deliver, "mem_storage": True, "num_replicas": 1,
             "inactive_threshold": 5_000_000_000,
         }  # fmt: skip
         try:
             answer = self.conn.request(
-                f"$JS.API.CONSUMER.CREATE.{stream}",
+                f"$JS.API.CONSUMER.CREATE.{stream}.{name}.{only}",
                 dumps({"stream_name": stream, "config": config}),
                 timeout=self.left(ASK_TIMEOUT),
             )
@@ -569,7 +573,9 @@ def decide(call: HookCall, options: GateOptions, budget: float) -> Answer:
         if not _TOKEN.match(value):  # it goes into subjects: letters, digits, - and _ only
             raise ValueError(f"the {what} name {value!r} is not a valid subject token")
     deadline = time.monotonic() + budget
-    target = resolve_nats(options.nats_url, role=Role.AGENT, data_dir=options.data_dir)
+    target = resolve_nats(
+        options.nats_url, role=Role.AGENT, data_dir=options.data_dir, agent=options.agent
+    )
     key = pinned_key(data_dir=options.data_dir)
     subjects = Subjects(options.prefix)
     timeout = min(options.connect_timeout, budget)

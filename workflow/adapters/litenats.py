@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workflow.nats_target import NatsTarget
+from workflow.nats_target import NatsTarget, refusal_hint
 
 #: Seconds one server may take to connect before the next one is tried (nats-py's, as the SDK
 #: sets it): a server that accepts but never answers does not use up the whole timeout.
@@ -442,6 +442,7 @@ def connect(target: NatsTarget, *, name: str, timeout: float) -> Iterator[Connec
                     raise NatsError(
                         f"NATS at {target.url} refused the credentials{how}: authorization "
                         "violation. Check the user, password, nkey or creds file."
+                        + refusal_hint(target)
                     ) from exc
                 last = exc
             except (OSError, ValueError) as exc:  # refused, unreachable, a TLS failure

@@ -290,7 +290,9 @@ def _upstream_name(options: ProxyOptions) -> str:
 
 
 async def _serve(options: ProxyOptions) -> None:
-    target = resolve_nats(options.nats_url, role=Role.AGENT, data_dir=options.data_dir)
+    target = resolve_nats(
+        options.nats_url, role=Role.AGENT, data_dir=options.data_dir, agent=options.agent
+    )
     async with (
         Headgate.connect(
             target, agent=options.agent, workspace=options.workspace, prefix=options.prefix,

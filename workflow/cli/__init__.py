@@ -45,6 +45,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     "audit": ("workflow.cli.offline", "audit_app"),
     "web": ("workflow.cli.web", "web_app"),
     "grants": ("workflow.cli.controls", "grants_app"),
+    "agents": ("workflow.cli.agents", "agents_app"),
     "db": ("workflow.cli.db", "db_app"),
 }
 

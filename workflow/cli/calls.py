@@ -191,7 +191,7 @@ async def _propose(
     """Publish as the agent (agent credentials); with `wait`, follow it through the agent's
     own results stream, as the agent SDK does."""
     if wait is None:
-        async with connected(nats_url, data_dir, role=Role.AGENT) as nc:
+        async with connected(nats_url, data_dir, role=Role.AGENT, agent=proposal.agent) as nc:
             duplicate = await transport.publish(
                 nc, subjects.proposals(proposal.agent), proposal,
                 proposal_msg_id(proposal.agent, proposal.id),
@@ -203,7 +203,7 @@ async def _propose(
                 f"proposed [bold]{escape(proposal.id)}[/]" + (" (duplicate)" if duplicate else "")
             )
         return 0
-    target = resolve_nats(nats_url, role=Role.AGENT, data_dir=data_dir)
+    target = resolve_nats(nats_url, role=Role.AGENT, data_dir=data_dir, agent=proposal.agent)
     try:
         client = Headgate.connect(
             target, agent=proposal.agent, workspace=proposal.workspace, prefix=subjects.prefix,

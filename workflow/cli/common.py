@@ -83,14 +83,15 @@ async def connected(
     data_dir: Path,
     *,
     role: Role | None = None,
+    agent: str | None = None,
     connect_timeout: float = CLI_CONNECT_TIMEOUT,
 ) -> AsyncIterator[NATS]:
     """A connection as `role` (default: approver), found by `resolve_nats` (option,
-    environment, data dir)."""
+    environment, data dir; an `agent`'s own credentials when it has some)."""
     from workflow.client import connection
     from workflow.client.connection import Role, resolve_nats
 
-    target = resolve_nats(nats_url, role=role or Role.APPROVER, data_dir=data_dir)
+    target = resolve_nats(nats_url, role=role or Role.APPROVER, data_dir=data_dir, agent=agent)
     try:
         nc = await connection.connect(target, name="headgate-cli", connect_timeout=connect_timeout)
     except ConnectError as exc:

@@ -161,7 +161,11 @@ def _http_snippet(client: str, options: GateOptions, hook_url: str | None) -> st
     if options.on_pending != "deny":
         query["on_pending"] = options.on_pending
     url = f"{hook_url.rstrip('/')}/hooks/{client}?{urlencode(query)}"
-    token = data_dir / datadir.HOOK_TOKEN_FILE
+    from workflow.agent_identities import token_file
+
+    token = token_file(data_dir, options.agent)  # a registered agent's own, else the shared one
+    if not token.is_file():
+        token = data_dir / datadir.HOOK_TOKEN_FILE
     return (
         f"# {CLIENTS[client].config_file}\n"
         "# WARNING: an HTTP hook fails open. When serve is down, unreachable, slow or answers\n"

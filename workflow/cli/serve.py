@@ -181,6 +181,18 @@ def serve(
             "command hook stays the safe default.",
         ),
     ] = None,
+    shared_agent: Annotated[
+        bool,
+        typer.Option(
+            "--shared-agent/--no-shared-agent",
+            envvar="HEADGATE_SHARED_AGENT",
+            help="Keep the embedded server's shared agent user (credentials/agent.nk), which "
+            "any agent not registered with `headgate agents add` connects as. It may act as "
+            "any unregistered agent and is denied the subjects of registered ones. "
+            "--no-shared-agent drops it (and the shared HTTP hook token): only registered "
+            "agents connect.",
+        ),
+    ] = True,
     notify: Annotated[
         str | None,
         typer.Option(
@@ -197,8 +209,9 @@ def serve(
     """Run the gateway. Without --nats-url it starts an embedded nats-server with JetStream.
 
     The embedded server listens on loopback and admits only the users `serve` writes into
-    the data dir (`credentials/service.nk`, `agent.nk`, `approver.nk`, mode 0600); the CLI and
-    the SDKs find them there.
+    the data dir (`credentials/service.nk`, `agent.nk`, `approver.nk`, mode 0600), and one user
+    per agent registered with `headgate agents add` (applied while it runs; SIGHUP applies at
+    once, and reloads the policy); the CLI and the SDKs find them there.
     """
     import asyncio
 
@@ -236,6 +249,7 @@ def serve(
         web_key=web_key,
         notify_url=notify,
         hook_listen=hook_listen,
+        shared_agent=shared_agent,
         service_seed=service_seed,
     )
 

@@ -152,7 +152,8 @@ class Headgate:
 
         `url` (or, without it, `HEADGATE_NATS_URL` or the URL a local `headgate serve` recorded
         in `data_dir`) is where to connect; the agent credentials come from the environment or
-        the data dir (see `workflow.client.connection.resolve_nats`), or pass a `NatsTarget`.
+        the data dir, this agent's own if `headgate agents add` registered it (see
+        `workflow.client.connection.resolve_nats`), or pass a `NatsTarget`.
         The first connect fails with `ConnectError` after `connect_timeout` seconds; afterwards
         the connection is re-established after a restart of the server (`max_reconnect_attempts`
         per server, -1 for ever), and the results consumer resumes where it stopped.
@@ -160,7 +161,7 @@ class Headgate:
         the data dir's `service.pub`, or the key the service gives) is whose.
         """
         target = url if isinstance(url, NatsTarget) else resolve_nats(
-            url, role=Role.AGENT, data_dir=data_dir
+            url, role=Role.AGENT, data_dir=data_dir, agent=agent
         )  # fmt: skip
         nc = await transport.connect(
             target, name=f"headgate-agent-{agent}", connect_timeout=connect_timeout,

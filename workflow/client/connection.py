@@ -23,9 +23,11 @@ from workflow.nats_target import SERVICE_KEY_FILE as SERVICE_KEY_FILE
 from workflow.nats_target import URL_FILE as URL_FILE
 from workflow.nats_target import NatsTarget as NatsTarget
 from workflow.nats_target import Role as Role
+from workflow.nats_target import agent_credentials_file as agent_credentials_file
 from workflow.nats_target import credentials_file as credentials_file
 from workflow.nats_target import data_dir_from as data_dir_from
 from workflow.nats_target import inbox_prefix_for as inbox_prefix_for
+from workflow.nats_target import refusal_hint
 from workflow.nats_target import resolve_nats as resolve_nats
 
 if TYPE_CHECKING:  # nats-py and asyncio are imported by `connect`: finding NATS (the data
@@ -199,7 +201,7 @@ def _failure(
         how = f" ({target.origin})" if target.origin != "arguments" else ""
         return (
             f"NATS at {target.url} refused the credentials{how}: authorization violation. "
-            "Check the user, password, nkey or creds file."
+            "Check the user, password, nkey or creds file." + refusal_hint(target)
         )
     error: BaseException | None = events.last_error
     if attempt.done() and not attempt.cancelled() and attempt.exception() is not None:

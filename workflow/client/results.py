@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -47,6 +48,23 @@ def results_filter(subjects: Subjects, agent: str) -> str:
     """`<prefix>.*.<agent>`: on the results stream, exactly this agent's held, released and
     blocked subjects — the single filter the deploy permissions pin an agent's consumers to."""
     return subjects.results(agent)
+
+
+@dataclass
+class NamedConsumer(ConsumerConfig):
+    """A consumer config that gets a fresh name each time nats-py creates a consumer from it.
+
+    A named consumer is created through `$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>`,
+    where the server checks the filter against the config: the only create subject a NATS user
+    limited to its own results may be allowed (an unnamed one goes through the bare
+    `CONSUMER.CREATE.<stream>`, whose filter nothing checks). nats-py copies the config
+    (`evolve`) before every create, also when it remakes an ordered consumer after a gap; the
+    copy is named anew, so the remade consumer never collides with the one it replaces.
+    """
+
+    def __post_init__(self) -> None:
+        tail = (self.filter_subject or "").rsplit(".", 1)[-1]
+        self.name = f"{tail if tail not in ('', '*', '>') else 'results'}-{os.urandom(6).hex()}"
 
 
 async def parse_event(subjects: Subjects, msg: Msg, trust: ServiceTrust) -> Event | None:
@@ -110,10 +128,10 @@ class ResultRouter:
 
     async def start(self) -> None:
         self._started = datetime.now(UTC)
-        self._sub = await self._subscribe(ConsumerConfig(deliver_policy=DeliverPolicy.NEW))
+        self._sub = await self._subscribe(NamedConsumer(deliver_policy=DeliverPolicy.NEW))
         when_reconnected(self.nc, self._after_reconnect)
 
-    async def _subscribe(self, config: ConsumerConfig) -> Subscription:
+    async def _subscribe(self, config: NamedConsumer) -> Subscription:
         return await self.nc.jetstream().subscribe(
             results_filter(self.subjects, self.agent),
             stream=self.subjects.stream("results"),
@@ -133,14 +151,12 @@ class ResultRouter:
         """A new ordered consumer from the event after the last one routed (events delivered
         twice are harmless: a watch takes its first)."""
         if self._last_seq:
-            config = ConsumerConfig(
+            config = NamedConsumer(
                 deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=self._last_seq + 1
             )
         else:
             since = (self._started or datetime.now(UTC)) - CLOCK_SLACK
-            config = ConsumerConfig(
-                deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=since
-            )
+            config = NamedConsumer(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=since)
         for _ in range(attempts):  # JetStream may still be recovering its streams
             if self._stopped:
                 return
@@ -211,7 +227,7 @@ class ResultRouter:
     ) -> OutcomeEvent | None:
         """Read this agent's results from `since` (minus clock slack) for the proposal's outcome."""
         js = self.nc.jetstream()
-        config = ConsumerConfig(
+        config = NamedConsumer(
             deliver_policy=DeliverPolicy.BY_START_TIME,
             opt_start_time=since - CLOCK_SLACK,
         )

@@ -101,7 +101,7 @@ Plan = Callable[[Msg], Awaitable[Planned]]
 
 @dataclass(slots=True)
 class BatchReads:
-    """What the decisions of one batch read, fetched for all of them at once (three reads
+    """What the decisions of one batch read, fetched for all of them at once (one read
     instead of four or five per decision). Valid until the batch's first commit."""
 
     requests: dict[str, tuple[HeldRequest, int]]
@@ -205,15 +205,14 @@ class Collector:
                 nonces.append(nonce)
         if not ids:
             return None
-        requests = await store.requests.load_many(ids)
-        parts = await store.proposals.stored([held.proposal_id for held, _ in requests.values()])
+        reads = await store.decision_reads(ids, nonces)
         return BatchReads(
-            requests=requests,
+            requests=reads.requests,
             request_ids=set(ids),
-            nonces=await store.requests.nonce_signatures(nonces),
+            nonces=reads.nonces,
             nonce_keys=set(nonces),
-            parts={p.id: p for p in parts},
-            freezes=await store.grants.freezes(),
+            parts={p.id: p for p in reads.parts},
+            freezes=reads.freezes,
         )
 
     async def _load(self, request_id: str) -> tuple[HeldRequest, int] | None:

@@ -2,9 +2,12 @@
 
 Opt-in and on loopback by default. It saves the process a command hook starts per tool call,
 but a client's HTTP hook fails open (see `workflow.adapters.http_hook`): with `serve` stopped
-or unreachable, Claude Code goes on as if no hook ran. Every request carries the bearer token
-`serve` writes to the data dir (`hook.token`), compared in constant time; the agent it speaks
-for is the URL's `?agent=`.
+or unreachable, Claude Code goes on as if no hook ran. Every request carries a bearer token,
+compared in constant time; the agent it speaks for is the URL's `?agent=`. An agent registered
+with `headgate agents add NAME` has a token of its own (`credentials/agents/NAME.token`), and
+only that one is taken for `?agent=NAME`; any other agent name takes the shared token `serve`
+writes to the data dir (`hook.token`), unless `serve --no-shared-agent` runs, which takes
+registered agents only.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from workflow import datadir
+from workflow import agent_identities, datadir
 from workflow.adapters.calls import Action, Answer, HookCall, Phase
 from workflow.adapters.http_hook import HTTP_CLIENTS, HookGateway
 from workflow.errors import ConfigError
@@ -51,11 +54,15 @@ def authorized(header: str | None, token: str) -> bool:
 
 
 def hook_app(
-    gateway: HookGateway, token: str, count: Callable[[str, str], None] | None = None
+    gateway: HookGateway,
+    token: str | Callable[[str], str | None],
+    count: Callable[[str, str], None] | None = None,
 ) -> Starlette:
     """The routes. A request that names a client with HTTP hooks is always answered with a
     200 and a body the client honours — even a wrong token gets a deny rather than a 401,
-    which Claude Code would take as "no hook ran"."""
+    which Claude Code would take as "no hook ran". `token` is the token every request must
+    carry, or the one a request for a given agent must (None: none is taken)."""
+    token_for = token if callable(token) else (lambda agent: token)
 
     async def hook(request: Request) -> Response:
         name = request.path_params["client"]
@@ -63,13 +70,16 @@ def hook_app(
         if client is None or client.http_render is None:
             known = ", ".join(HTTP_CLIENTS)
             return JSONResponse({"error": f"no HTTP hooks for {name!r} (only {known})"}, 404)
-        if not authorized(request.headers.get("authorization"), token):
+        expected = token_for(request.query_params.get("agent", ""))
+        if expected is None or not authorized(request.headers.get("authorization"), expected):
             log.warning("HTTP hook from %s refused: wrong or missing bearer token", request.client)
             reason = (
                 "Headgate refused this hook request: its bearer token is missing or wrong, so "
                 "the call is blocked. Nothing ran. Tell the user: the hook's Authorization "
-                "header must carry the token in Headgate's data dir (hook.token); Claude Code "
-                "fills $VARIABLES in headers only from those listed in allowedEnvVars."
+                "header must carry the agent's token (credentials/agents/NAME.token in "
+                "Headgate's data dir for an agent registered with `headgate agents add`, else "
+                "hook.token there); Claude Code fills $VARIABLES in headers only from those "
+                "listed in allowedEnvVars."
             )
             if count is not None:
                 count(client.name, "refused")
@@ -90,8 +100,12 @@ class HookEndpoint:
     """The listener and its NATS connection, started and stopped with the service. The socket
     is bound when this is made, so a taken port stops `serve` before anything started."""
 
-    def __init__(self, listen_on: str, data_dir: Path) -> None:
+    def __init__(self, listen_on: str, data_dir: Path, *, shared_token: bool = True) -> None:
         self.data_dir = data_dir
+        #: The registered agents' own tokens (kept current by `workflow.service.agent_access`).
+        self.agent_tokens: dict[str, str] = {}
+        #: Whether an agent that is not registered may use the shared token (`hook.token`).
+        self.shared_token = shared_token
         host, port = parse_listen(listen_on)
         self._socket = listen(host, port, what="the HTTP hooks")
         # Listening already: a hook that arrives while the service starts waits in the
@@ -107,6 +121,7 @@ class HookEndpoint:
         self, nc: NATS, *, prefix: str, service_key: str, metrics: Metrics | None = None
     ) -> None:
         token, path = datadir.hook_token(self.data_dir)
+        self.agent_tokens = await asyncio.to_thread(agent_identities.hook_tokens, self.data_dir)
         answers = metrics.hook_answers if metrics is not None else None
 
         def count(client: str, answer: str) -> None:
@@ -114,7 +129,12 @@ class HookEndpoint:
                 answers.labels(client, answer).inc()
 
         self.gateway = HookGateway(nc, prefix=prefix, service_key=service_key, count=count)
-        server = AppServer(hook_app(self.gateway, token, count), self._socket,
+
+        def token_for(agent: str) -> str | None:
+            own = self.agent_tokens.get(agent)
+            return own if own is not None else (token if self.shared_token else None)
+
+        server = AppServer(hook_app(self.gateway, token_for, count), self._socket,
                            what="the HTTP hooks")  # fmt: skip
         await server.start()
         self._server = server

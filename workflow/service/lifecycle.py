@@ -18,12 +18,13 @@ from faststream.security import BaseSecurity
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from workflow import datadir
+from workflow import agent_identities, datadir
 from workflow.effects import AuditEntry
 from workflow.errors import ConfigError, ConnectError, HeadgateError
 from workflow.policy.coverage import approval_gaps
 from workflow.policy.load import load_policy
 from workflow.policy.model import Policy
+from workflow.service.agent_access import AgentAccess
 from workflow.service.background import every
 from workflow.service.broker import build_app
 from workflow.service.collector import Collector
@@ -137,6 +138,10 @@ class Service:
         self._access_seed: Path | None = None
         self.outreach: Outreach | None = None
         self.hooks: HookEndpoint | None = None
+        #: Keeps the embedded server's agent users and the hook tokens in step with the
+        #: registered agents (None in an intake worker).
+        self.agent_access: AgentAccess | None = None
+        self._agents_loaded: agent_identities.Fingerprint | None = None
         #: The nkey seed the service's connections authenticate with (None: none).
         self._nkey: str | None = None
 
@@ -270,6 +275,7 @@ class Service:
         if not s.intake_worker:
             await self._start_broker(js, consumers["auditor"])
             await self._start_hooks(signer)
+            await self._start_agent_access()
             if s.intake_processes > 1:
                 self.workers = IntakeWorkers(
                     [self._worker_options(i) for i in range(s.intake_processes - 1)],
@@ -305,7 +311,7 @@ class Service:
         if s.hook_listen is not None and not s.intake_worker:
             from workflow.service.hook_endpoint import HookEndpoint
 
-            self.hooks = HookEndpoint(s.hook_listen, s.data_dir)
+            self.hooks = HookEndpoint(s.hook_listen, s.data_dir, shared_token=s.shared_agent)
 
     async def _start_hooks(self, signer: ServiceKey) -> None:
         """The HTTP hooks, on a NATS connection of their own (the agents' traffic)."""
@@ -316,6 +322,22 @@ class Service:
             nc, prefix=self.subjects.prefix, service_key=signer.public_key,
             metrics=self.ctx.metrics,
         )  # fmt: skip
+
+    async def _start_agent_access(self) -> None:
+        """Apply the registered agents now (the embedded server read them at its start) and
+        whenever they change."""
+        hooks = self.hooks
+
+        def tokens(found: dict[str, str]) -> None:
+            if hooks is not None:
+                hooks.agent_tokens = found
+
+        self.agent_access = access = AgentAccess(
+            self.settings.data_dir, self.subjects, server=self.embedded,
+            shared_agent=self.settings.shared_agent, on_tokens=tokens, loaded=self._agents_loaded,
+        )  # fmt: skip
+        await access.apply("start")
+        self.supervisor.start("agent identities", lambda _: access.watch(self.stopping))
 
     async def _start_outreach(self, ctx: ServiceContext) -> None:
         """The web inbox, the notifier and the escalator; on failure nothing is left open."""
@@ -353,7 +375,8 @@ class Service:
         (clients connected before a restart reconnect to the same URL), and record its URL."""
         s = self.settings
         store = s.data_dir / "nats"
-        access = prepare_access(s.data_dir, store, self.subjects)
+        self._agents_loaded = agent_identities.fingerprint(s.data_dir)  # before it is read
+        access = prepare_access(s.data_dir, store, self.subjects, shared_agent=s.shared_agent)
         self._access_seed = access.service_seed
         recorded = datadir.recorded_port(s.data_dir)
         port = s.nats_port if s.nats_port is not None else (recorded or 0)
@@ -493,8 +516,11 @@ class Service:
         loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
 
     def _on_sighup(self) -> None:
-        """Reload the policy, here and in the intake workers (they reload their own copy)."""
+        """Reload the policy, here and in the intake workers (they reload their own copy),
+        and look at the registered agents at once."""
         self._reload = asyncio.ensure_future(self.reload_policy("SIGHUP"))
+        if self.agent_access is not None:
+            self.agent_access.wake()
         if self.workers is not None:
             self.workers.signal(signal.SIGHUP)
 

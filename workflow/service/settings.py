@@ -60,6 +60,9 @@ class Settings:
     web_key: Path | None = None
     #: The agents' HTTP hooks: served on this HOST:PORT when set (`serve --hook-listen`).
     hook_listen: str | None = None
+    #: The embedded server's shared agent user, for agents not registered with `headgate
+    #: agents add` (`serve --no-shared-agent` drops it: only registered agents connect).
+    shared_agent: bool = True
     #: One more notification channel that gets every event (`serve --notify URL`).
     notify_url: str | None = None
     #: The seed (an nkeys server seed, SN…) the service signs its events and answers with;

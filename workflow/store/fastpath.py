@@ -41,6 +41,13 @@ def sqlite_datetime(value: datetime | None) -> str | None:
     )
 
 
+def from_sqlite_datetime(value: str | None) -> datetime | None:
+    """A `UTCDateTime` value as SQLAlchemy reads it back from SQLite (aware, UTC)."""
+    if value is None:
+        return None
+    return datetime.fromisoformat(value).replace(tzinfo=UTC)
+
+
 def _sqlite_bool(value: bool | None) -> int | None:
     return None if value is None else int(value)
 
@@ -166,6 +173,19 @@ def existing_keys(conn: Connection, table: str, column: str, keys: Sequence[str]
         sql = f"SELECT {column} FROM {table} WHERE {column} IN ({marks})"
         found.update(row[0] for row in dbapi(conn).execute(sql, chunk))
     return found
+
+
+def select_in(
+    conn: Connection, select: str, column: str, keys: Sequence[str], tail: str = ""
+) -> list[tuple[Any, ...]]:
+    """`<select> WHERE <column> IN (…) <tail>` over `keys`, in chunks (`select` and `tail` are
+    the store's own SQL, never input); the rows as tuples, in the order SQLite returns them
+    per chunk. `tail` may add conditions after the IN (`AND …`) and an `ORDER BY`."""
+    rows: list[tuple[Any, ...]] = []
+    for chunk, marks in in_chunks(keys):
+        sql = f"{select} WHERE {column} IN ({marks}) {tail}"
+        rows.extend(dbapi(conn).execute(sql, chunk).fetchall())
+    return rows
 
 
 def update_requests(

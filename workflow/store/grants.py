@@ -194,7 +194,7 @@ class Grants:
 
     async def freezes(self) -> list[FreezeTerms]:
         """The freezes in force (a handful at most)."""
-        return await self.db.read(self._freezes_in)
+        return await self.db.read(self.freezes_in)
 
     async def in_force(
         self, now: datetime, *, grants: bool
@@ -203,13 +203,14 @@ class Grants:
         the batch holds a call a grant might release) the live grants."""
 
         def body(conn: Connection) -> tuple[list[FreezeTerms], list[GrantTerms]]:
-            freezes = self._freezes_in(conn)
+            freezes = self.freezes_in(conn)
             live = [_terms(r) for r in conn.execute(_LIVE, {"now": now})] if grants else []
             return freezes, live
 
         return await self.db.read(body)
 
-    def _freezes_in(self, conn: Connection) -> list[FreezeTerms]:
+    def freezes_in(self, conn: Connection) -> list[FreezeTerms]:
+        """`freezes` inside the caller's read."""
         if self.db.fast:
             # SQLite: straight through the DB-API (every batch reads this; usually nothing).
             rows = fastpath.dbapi(conn).execute(_FREEZES_SQL).fetchall()

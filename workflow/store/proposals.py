@@ -4,7 +4,7 @@ records in one transaction, and what a redelivery needs to rebuild the events it
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -103,21 +103,32 @@ class Proposals:
         ids = list(proposal_ids)
         if not ids:
             return []
+        return await self.db.read(lambda conn: self.stored_in(conn, ids))
 
-        def body(conn: Connection) -> list[StoredIntake]:
-            return [
-                StoredIntake(
-                    id=row.id,
-                    payload=row.payload,
-                    classification=row.classification,
-                    verdict=row.verdict,
-                    trace=json.loads(row.trace) if row.trace else None,
-                    received_at=row.received_at,
-                )
-                for row in conn.execute(_STORED, {"ids": ids})
-            ]
-
-        return await self.db.read(body)
+    def stored_in(self, conn: Connection, ids: Sequence[str]) -> list[StoredIntake]:
+        """`stored` inside the caller's read (on SQLite through the DB-API)."""
+        if not ids:
+            return []
+        if self.db.fast:
+            rows: Iterable[Any] = fastpath.select_in(
+                conn, "SELECT id, payload, classification, verdict, trace, received_at "
+                "FROM proposals", "id", list(ids),
+            )  # fmt: skip
+            received: Callable[[Any], datetime] = _from_sqlite
+        else:
+            rows = conn.execute(_STORED, {"ids": list(ids)})
+            received = _same
+        return [
+            StoredIntake(
+                id=pid,
+                payload=payload,
+                classification=classification,
+                verdict=verdict,
+                trace=json.loads(trace) if trace else None,
+                received_at=received(at),
+            )
+            for pid, payload, classification, verdict, trace, at in rows
+        ]
 
     async def owners(self, proposal_ids: Iterable[str]) -> dict[str, str]:
         """The agent that proposed each of these ids (the ids not stored are left out)."""
@@ -191,3 +202,13 @@ class Proposals:
             "audit": audit,
             "outcome": outcome,
         }
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _from_sqlite(value: str) -> datetime:
+    at = fastpath.from_sqlite_datetime(value)
+    assert at is not None, "received_at is NOT NULL"
+    return at

@@ -15,6 +15,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from sqlalchemy import Connection
+
+from workflow.approvals import HeldRequest
+from workflow.effects import StoredIntake
+from workflow.policy.freeze import FreezeTerms
 from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
 from workflow.store.escalations import Escalations
@@ -25,6 +33,19 @@ from workflow.store.passkeys import Passkeys
 from workflow.store.proposals import Proposals
 from workflow.store.requests import Requests
 from workflow.store.retention import Retention
+
+
+class DecisionReads(NamedTuple):
+    """What a batch of decisions reads before it is planned (`Store.decision_reads`)."""
+
+    #: request id -> (the request with its approvals, its version), those that exist
+    requests: dict[str, tuple[HeldRequest, int]]
+    #: the nonces already recorded -> the signature each carried
+    nonces: dict[str, str | None]
+    #: the stored proposals of those requests
+    parts: list[StoredIntake]
+    #: the freezes in force
+    freezes: list[FreezeTerms]
 
 
 class Store:
@@ -45,6 +66,25 @@ class Store:
         """Open the database at `url` and bring its schema to the newest version; on
         PostgreSQL with up to 2 × `pool_size` pooled connections."""
         return cls(await Database.open(url, pool_size=pool_size))
+
+    async def decision_reads(
+        self, request_ids: Sequence[str], nonces: Sequence[str]
+    ) -> DecisionReads:
+        """The requests, recorded nonces, stored proposals and freezes a batch of decisions
+        needs, in one read (a decision's fixed cost is mostly its statements)."""
+
+        def body(conn: Connection) -> DecisionReads:
+            requests = self.requests.load_many_in(conn, request_ids)
+            return DecisionReads(
+                requests=requests,
+                nonces=self.requests.nonce_signatures_in(conn, nonces),
+                parts=self.proposals.stored_in(
+                    conn, [held.proposal_id for held, _ in requests.values()]
+                ),
+                freezes=self.grants.freezes_in(conn),
+            )
+
+        return await self.db.read(body)
 
     @property
     def dialect(self) -> str:

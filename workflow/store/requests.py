@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, bindparam, func, select, update
 
@@ -50,6 +50,29 @@ _APPROVALS = (
     )
     .order_by(DECISIONS.c.received_at)
 )
+# The same on SQLite through the DB-API (`load_many_in`): the columns in table order, the three
+# timestamps last, read back as SQLAlchemy would (aware, UTC).
+_REQUEST_COLUMNS = (
+    "request_id", "proposal_id", "agent", "workspace", "digest", "requirement", "state",
+    "version", "created_at", "expires_at", "closed_at",
+)  # fmt: skip
+_REQUEST_SELECT = f"SELECT {', '.join(_REQUEST_COLUMNS)} FROM requests"
+
+
+class _SqliteRequest(NamedTuple):
+    request_id: str
+    proposal_id: str
+    agent: str
+    workspace: str
+    digest: str
+    requirement: str
+    state: str
+    version: int
+    created_at: datetime | None
+    expires_at: datetime | None
+    closed_at: datetime | None
+
+
 # An approval step's statements: the SET clause comes from the parameters (a handful of
 # shapes, each compiled once), the WHERE values from `b_*` parameters.
 _STEP = update(REQUESTS).where(
@@ -83,7 +106,7 @@ class Requests:
             row = conn.execute(query, {"ident": ident}).first()
             if row is None:
                 return None
-            approvals = _approvals(conn, [row.request_id])
+            approvals = self._approvals(conn, [row.request_id])
             return _held(row, approvals.get(row.request_id, ())), int(row.version)
 
         return await self.db.read(body)
@@ -92,27 +115,44 @@ class Requests:
         """`load` of several requests by request id, in one read: those that exist."""
         if not request_ids:
             return {}
+        return await self.db.read(lambda conn: self.load_many_in(conn, request_ids))
 
-        def body(conn: Connection) -> dict[str, tuple[HeldRequest, int]]:
+    def load_many_in(
+        self, conn: Connection, request_ids: Sequence[str]
+    ) -> dict[str, tuple[HeldRequest, int]]:
+        """`load_many` inside the caller's read (on SQLite through the DB-API: a decision's
+        fixed cost is mostly statements, see `fastpath`)."""
+        if not request_ids:
+            return {}
+        if self.db.fast:
+            rows: Sequence[Any] = [
+                _SqliteRequest(*r[:-3], *map(fastpath.from_sqlite_datetime, r[-3:]))
+                for r in fastpath.select_in(conn, _REQUEST_SELECT, "request_id", list(request_ids))
+            ]
+        else:
             rows = conn.execute(_BY_IDS, {"ids": list(request_ids)}).all()
-            approvals = _approvals(conn, [r.request_id for r in rows]) if rows else {}
-            return {
-                r.request_id: (_held(r, approvals.get(r.request_id, ())), int(r.version))
-                for r in rows
-            }
-
-        return await self.db.read(body)
+        approvals = self._approvals(conn, [r.request_id for r in rows]) if rows else {}
+        return {
+            r.request_id: (_held(r, approvals.get(r.request_id, ())), int(r.version)) for r in rows
+        }
 
     async def nonce_signatures(self, nonces: Sequence[str]) -> dict[str, str | None]:
         """`nonce_signature` of several nonces in one read: the recorded ones, with the
         signature each carried."""
         if not nonces:
             return {}
-        return await self.db.read(
-            lambda conn: {
-                r.nonce: r.signature for r in conn.execute(_NONCES, {"nonces": list(nonces)})
-            }
-        )
+        return await self.db.read(lambda conn: self.nonce_signatures_in(conn, nonces))
+
+    def nonce_signatures_in(self, conn: Connection, nonces: Sequence[str]) -> dict[str, str | None]:
+        """`nonce_signatures` inside the caller's read."""
+        if not nonces:
+            return {}
+        if self.db.fast:
+            found = fastpath.select_in(
+                conn, "SELECT nonce, signature FROM decisions", "nonce", list(nonces)
+            )
+            return {nonce: signature for nonce, signature in found}
+        return {r.nonce: r.signature for r in conn.execute(_NONCES, {"nonces": list(nonces)})}
 
     async def nonce_signature(self, nonce: str) -> tuple[bool, str | None]:
         """Whether a decision with this nonce was recorded, and the signature it carried."""
@@ -135,7 +175,7 @@ class Requests:
 
         def body(conn: Connection) -> list[tuple[HeldRequest, int]]:
             rows = conn.execute(query).all()
-            approvals = _approvals(conn, [r.request_id for r in rows]) if rows else {}
+            approvals = self._approvals(conn, [r.request_id for r in rows]) if rows else {}
             return [(_held(r, approvals.get(r.request_id, ())), int(r.version)) for r in rows]
 
         return await self.db.read(body)
@@ -151,7 +191,7 @@ class Requests:
 
         def body(conn: Connection) -> list[tuple[HeldRequest, int]]:
             rows = conn.execute(query).all()
-            approvals = _approvals(conn, [r.request_id for r in rows]) if rows else {}
+            approvals = self._approvals(conn, [r.request_id for r in rows]) if rows else {}
             return [(_held(r, approvals.get(r.request_id, ())), int(r.version)) for r in rows]
 
         return await self.db.read(body)
@@ -320,6 +360,22 @@ class Requests:
         self.audit.append_in(conn, write.audit, now)
         return True
 
+    def _approvals(
+        self, conn: Connection, request_ids: Sequence[str]
+    ) -> dict[str, tuple[ApprovalRecord, ...]]:
+        """The accepted approvals of each request, in the order they arrived."""
+        if self.db.fast:
+            return _approvals_of(
+                fastpath.select_in(
+                    conn, "SELECT request_id, record FROM decisions", "request_id",
+                    list(request_ids),
+                    "AND accepted = 1 AND verdict = 'approve' ORDER BY received_at",
+                )
+            )  # fmt: skip
+        return _approvals_of(
+            (r.request_id, r.record) for r in conn.execute(_APPROVALS, {"ids": list(request_ids)})
+        )
+
     async def pending(
         self, *, workspace: str | None, agent: str | None, limit: int
     ) -> list[tuple[Any, tuple[ApprovalRecord, ...]]]:
@@ -338,7 +394,7 @@ class Requests:
 
         def body(conn: Connection) -> list[tuple[Any, tuple[ApprovalRecord, ...]]]:
             rows = conn.execute(query).all()
-            approvals = _approvals(conn, [r.request_id for r in rows]) if rows else {}
+            approvals = self._approvals(conn, [r.request_id for r in rows]) if rows else {}
             return [(r, approvals.get(r.request_id, ())) for r in rows]
 
         return await self.db.read(body)
@@ -370,14 +426,10 @@ def _step_row(write: StepWrite, now: datetime) -> StepRow:
     )
 
 
-def _approvals(
-    conn: Connection, request_ids: Sequence[str]
-) -> dict[str, tuple[ApprovalRecord, ...]]:
-    """The accepted approvals of each request, in the order they arrived."""
-    rows = conn.execute(_APPROVALS, {"ids": list(request_ids)})
+def _approvals_of(rows: Any) -> dict[str, tuple[ApprovalRecord, ...]]:
     out: dict[str, list[ApprovalRecord]] = {}
-    for r in rows:
-        out.setdefault(r.request_id, []).append(ApprovalRecord.model_validate_json(r.record))
+    for request_id, record in rows:
+        out.setdefault(request_id, []).append(ApprovalRecord.model_validate_json(record))
     return {k: tuple(v) for k, v in out.items()}
 
 
