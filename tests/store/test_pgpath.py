@@ -5,26 +5,16 @@ replicas inserting the same ids at once each learn which ids were theirs."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import pytest
 from sqlalchemy import event, func, select
 
 from tests.store.test_repo import record
 from tests.store.test_steps import KINDS, NOW, step
 from workflow.store.repo import Store
 from workflow.store.tables import AUDIT, PROPOSALS
-
-
-@pytest.fixture
-async def pg_store(postgres_url: str) -> AsyncIterator[Store]:
-    s = await Store.open(postgres_url)
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 @contextmanager
