@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from workflow.service.embedded import EmbeddedNats
+
+if TYPE_CHECKING:
+    from workflow.service.lifecycle import Service
 
 # The properties assert what holds, never how fast: on a machine shared with other work,
 # hypothesis's timing checks (a slow example, a slow data generation) fail tests whose
@@ -53,6 +57,22 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNa
 @pytest.fixture
 def nats_url(nats_server: EmbeddedNats) -> str:
     return nats_server.url
+
+
+@pytest.fixture
+async def embedded(tmp_path: Path) -> AsyncIterator[Service]:
+    """The service with its embedded server and credentials (`<tmp>/.headgate`), as
+    `headgate serve` runs it, on a subject prefix of its own."""
+    from tests.service.helpers import unique_prefix
+    from workflow.service.lifecycle import Service
+    from workflow.service.settings import Settings
+
+    service = Service(Settings(data_dir=tmp_path / ".headgate", prefix=unique_prefix()))
+    await service.start()
+    try:
+        yield service
+    finally:
+        await service.stop()
 
 
 @pytest.fixture

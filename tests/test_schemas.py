@@ -41,7 +41,16 @@ def test_every_wire_model_has_a_schema_and_the_asyncapi_document_lists_every_han
     assert {"headgate.inbox.*", "headgate.released.*", "headgate.blocked.*",
             "headgate.escalated.*"} <= received  # fmt: skip
     sent = {name for name, op in asyncapi["operations"].items() if op["action"] == "send"}
-    assert sent == {"inbox", "held", "released", "blocked", "dead", "escalated", "notified"}
+    assert sent == {
+        "inbox",
+        "held",
+        "released",
+        "blocked",
+        "dead",
+        "escalated",
+        "notified",
+        "controls",
+    }
 
 
 def subscribed_subjects() -> set[str]:

@@ -9,7 +9,7 @@ every field but `signature` (`workflow.messages.signed_text`).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, Field
 
@@ -161,6 +161,27 @@ class FreezeInfo(Wire):
     at: AwareDatetime
 
 
+class FreezeChanged(Wire):
+    """A freeze was put in force or lifted (`<prefix>.controls.freeze`, `.thaw`).
+
+    The news for live inboxes and other subscribers, signed like every event; the database row
+    and its audit record are what the intake reads. Carries the freezes in force after the
+    change, so a view can show them without asking.
+    """
+
+    change: Literal["freeze", "thaw"]
+    message: str = Field(description="What happened, as the approver was told.")
+    agent: str | None = None
+    workspace: str | None = None
+    all_calls: bool = False
+    reason: str = ""
+    by: str
+    at: AwareDatetime
+    freeze_id: str | None = Field(default=None, description="The freeze put in force.")
+    lifted: int = Field(default=0, description="How many freezes a thaw lifted.")
+    freezes: list[FreezeInfo]
+
+
 class FreezeReply(Wire):
     """The freezes in force after the order (empty after a thaw of the only one)."""
 
@@ -201,6 +222,7 @@ CONTROL_MODELS: dict[str, type[BaseModel]] = {
     "api_freeze": FreezeOrder,
     "api_freeze_reply": FreezeReply,
     "api_freezes_query": FreezesQuery,
+    "controls_freeze_changed": FreezeChanged,
     "api_backtest_query": BacktestQuery,
     "api_backtest_reply": BacktestReply,
 }

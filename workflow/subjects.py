@@ -65,6 +65,10 @@ class Subjects:
     def notified(self, workspace: str = "*") -> str:
         return f"{self.prefix}.notified.{workspace}"
 
+    def controls(self, change: str = "*") -> str:
+        """`<prefix>.controls.<change>`: news of the approvers' controls (`freeze`, `thaw`)."""
+        return f"{self.prefix}.controls.{change}"
+
     def dead(self, stage: str = "*") -> str:
         return f"{self.prefix}.dead.{stage}"
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -129,8 +128,8 @@ async def test_the_light_path_proposes_and_reports_exactly_what_the_sdk_does(
             assert Proposal.model_validate_json(sdk_data).model_dump_json().encode() == sdk_data
             sdk_body, lite_body = json.loads(sdk_data), json.loads(lite_data)
             assert list(sdk_body) == list(lite_body)
-            assert lite_headers == {"Nats-Msg-Id": lite_body["id"]}
-            assert sdk_headers == {"Nats-Msg-Id": sdk_body["id"]}
+            assert lite_headers == {"Nats-Msg-Id": f"{AGENT}:{lite_body['id']}"}
+            assert sdk_headers == {"Nats-Msg-Id": f"{AGENT}:{sdk_body['id']}"}
             varying = ("id", "created_at", "context.session_id")
             assert without(sdk_body, *varying) == without(lite_body, *varying)
         assert json.loads(seen.bodies()[1][0])["source"] == "notes_local"
@@ -139,8 +138,8 @@ async def test_the_light_path_proposes_and_reports_exactly_what_the_sdk_does(
         assert Executed.model_validate_json(lite_report).model_dump_json().encode() == lite_report
         sdk_ex, lite_ex = json.loads(sdk_report), json.loads(lite_report)
         assert list(sdk_ex) == list(lite_ex)
-        assert lite_rh == {"Nats-Msg-Id": f"executed:{lite_ex['release_id']}"}
-        assert sdk_rh == {"Nats-Msg-Id": f"executed:{sdk_ex['release_id']}"}
+        assert lite_rh == {"Nats-Msg-Id": f"executed:{AGENT}:{lite_ex['release_id']}"}
+        assert sdk_rh == {"Nats-Msg-Id": f"executed:{AGENT}:{sdk_ex['release_id']}"}
         varying = ("release_id", "proposal_id", "finished_at")
         assert without(sdk_ex, *varying) == without(lite_ex, *varying)
         assert lite_ex["proposal_id"] == json.loads(seen.bodies()[3][0])["id"]
@@ -215,17 +214,6 @@ async def test_no_service_and_no_nats_block_within_the_time_budget(
     assert down.code == 2
     assert "cannot reach NATS at nats://127.0.0.1:1 within 1s" in down.stderr
     assert time.monotonic() - started < 1 + 5 + 4 + 1
-
-
-@pytest.fixture
-async def embedded(tmp_path: Path) -> AsyncIterator[Service]:
-    """The service with its embedded server and credentials, as `headgate serve` runs it."""
-    service = Service(Settings(data_dir=tmp_path / ".headgate", prefix=unique_prefix()))
-    await service.start()
-    try:
-        yield service
-    finally:
-        await service.stop()
 
 
 async def test_the_embedded_servers_agent_credentials_and_service_key_from_the_data_dir(

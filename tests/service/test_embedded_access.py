@@ -7,7 +7,6 @@ import asyncio
 import json
 import socket
 import stat
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
@@ -24,17 +23,6 @@ from workflow.service.embedded_access import accounts_config, permissions
 from workflow.service.lifecycle import Service
 from workflow.service.settings import Settings
 from workflow.subjects import Subjects
-
-
-@pytest.fixture
-async def embedded(tmp_path: Path) -> AsyncIterator[Service]:
-    """The service with its embedded server, as `headgate serve` runs it."""
-    service = Service(Settings(data_dir=tmp_path / ".headgate", prefix=unique_prefix()))
-    await service.start()
-    try:
-        yield service
-    finally:
-        await service.stop()
 
 
 class Refusals:

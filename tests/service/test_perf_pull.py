@@ -153,6 +153,113 @@ async def test_stopping_finishes_the_batch_in_hand_and_returns_the_rest(nats_url
         await nc.close()
 
 
+class Gate:
+    """A handler whose batches wait until their first message's data is opened."""
+
+    def __init__(self) -> None:
+        self.started: list[bytes] = []
+        self.finished: list[bytes] = []
+        self.open: dict[bytes, asyncio.Event] = {}
+
+    def release(self, data: bytes) -> None:
+        self.open.setdefault(data, asyncio.Event()).set()
+
+    async def __call__(self, msgs: Sequence[Msg]) -> None:
+        first = msgs[0].data
+        self.started.append(first)
+        await self.open.setdefault(first, asyncio.Event()).wait()
+        for m in msgs:
+            await m.ack()
+        self.finished.append(first)
+
+
+async def test_with_overlap_the_next_batch_is_handled_while_the_last_one_waits(
+    nats_url: str,
+) -> None:
+    nc, spec, subject = await setup(nats_url)
+    js = nc.jetstream()
+    gate = Gate()
+    stopping = asyncio.Event()
+    task = asyncio.create_task(PullStage(nc, js, spec, gate, batch=8, overlap=2).run(stopping))
+    try:
+        await js.publish(f"{subject}.a", b"first")
+        await wait_for(lambda: gate.started == [b"first"])
+        await js.publish(f"{subject}.a", b"second")
+        # Handed over while the first batch is still in the handler, and done before it.
+        await wait_for(lambda: gate.started == [b"first", b"second"])
+        gate.release(b"second")
+        await wait_for(lambda: gate.finished == [b"second"])
+        await js.publish(f"{subject}.a", b"third")
+        await wait_for(lambda: gate.started[2:] == [b"third"])
+        # Two in hand at most: the fourth waits for one of them to end.
+        await js.publish(f"{subject}.a", b"fourth")
+        await asyncio.sleep(0.2)
+        assert len(gate.started) == 3
+        gate.release(b"first")
+        await wait_for(lambda: gate.finished == [b"second", b"first"])
+        await wait_for(lambda: len(gate.started) == 4)
+        assert gate.started[3] == b"fourth"
+        gate.release(b"third")
+        gate.release(b"fourth")
+        await wait_for(lambda: len(gate.finished) == 4)
+    finally:
+        stopping.set()
+        await asyncio.wait_for(task, 10)
+        await nc.close()
+
+
+async def test_a_hanging_batch_silences_the_beat_while_later_batches_finish(
+    nats_url: str,
+) -> None:
+    nc, spec, subject = await setup(nats_url)
+    js = nc.jetstream()
+    gate = Gate()
+    beats: list[int] = []
+    stopping = asyncio.Event()
+    stage = PullStage(nc, js, spec, gate, batch=8, overlap=2, poll=0.05)
+    task = asyncio.create_task(stage.run(stopping, lambda: beats.append(len(gate.finished))))
+    try:
+        await js.publish(f"{subject}.a", b"hangs")
+        await wait_for(lambda: gate.started == [b"hangs"])
+        silent_from = len(beats)
+        for i in range(3):  # later batches come and go while the first one hangs
+            gate.release(f"later{i}".encode())
+            await js.publish(f"{subject}.a", f"later{i}".encode())
+            await wait_for(lambda i=i: len(gate.finished) == i + 1)
+        await asyncio.sleep(0.3)  # idle polls, several of them, while the first one hangs
+        assert len(beats) == silent_from
+        gate.release(b"hangs")
+        await wait_for(lambda: len(beats) > silent_from)
+        assert beats[silent_from] == 4  # the beat came back when the hanging batch ended
+    finally:
+        stopping.set()
+        await asyncio.wait_for(task, 10)
+        await nc.close()
+
+
+async def test_stopping_with_two_batches_in_hand_finishes_both(nats_url: str) -> None:
+    nc, spec, subject = await setup(nats_url)
+    js = nc.jetstream()
+    gate = Gate()
+    stopping = asyncio.Event()
+    task = asyncio.create_task(PullStage(nc, js, spec, gate, batch=8, overlap=2).run(stopping))
+    try:
+        await js.publish(f"{subject}.a", b"one")
+        await wait_for(lambda: gate.started == [b"one"])
+        await js.publish(f"{subject}.a", b"two")
+        await wait_for(lambda: gate.started == [b"one", b"two"])
+        stopping.set()
+        await asyncio.sleep(0.1)
+        assert not task.done()  # it waits for the batches in hand
+        gate.release(b"two")
+        gate.release(b"one")
+        await asyncio.wait_for(task, 10)
+        assert sorted(gate.finished) == [b"one", b"two"]
+    finally:
+        stopping.set()
+        await nc.close()
+
+
 async def test_attempts_counts_deliveries_as_jetstream_does(nats_url: str) -> None:
     nc, spec, subject = await setup(nats_url)
     js = nc.jetstream()

@@ -1,30 +1,27 @@
 """The PostgreSQL fast path: an intake batch and a batch of approval steps are two statements
 each (BEGIN, two round trips, COMMIT) whatever their size, and store what they stored before;
-replicas inserting the same ids at once each learn which ids were theirs."""
+replicas inserting the same ids, or applying the same decisions, at once (in different orders)
+each learn which were theirs, without a deadlock."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
-import pytest
-from sqlalchemy import event, func, select
+from sqlalchemy import event, func, select, text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.store.test_repo import record
 from tests.store.test_steps import KINDS, NOW, step
+from workflow.effects import StepWrite
+from workflow.outcomes import RequestState
 from workflow.store.repo import Store
-from workflow.store.tables import AUDIT, PROPOSALS
-
-
-@pytest.fixture
-async def pg_store(postgres_url: str) -> AsyncIterator[Store]:
-    s = await Store.open(postgres_url)
-    try:
-        yield s
-    finally:
-        await s.close()
+from workflow.store.tables import AUDIT, PROPOSALS, REQUESTS
 
 
 @contextmanager
@@ -111,3 +108,108 @@ async def test_replicas_recording_the_same_ids_at_once_each_store_them_once(
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_replicas_applying_the_same_decisions_at_once_apply_each_once(
+    postgres_url: str,
+) -> None:
+    stores = [await Store.open(postgres_url) for _ in range(3)]
+    try:
+        pids = [f"held-{n}" for n in range(40)]
+        await stores[0].proposals.record([record(p) for p in pids], NOW)
+        for s in stores:  # connected: the three batches start together
+            await s.requests.load_for_proposal(pids[0])
+        steps = []
+        moved = []
+        for n, pid in enumerate(pids):
+            loaded = await stores[0].requests.load_for_proposal(pid)
+            assert loaded is not None
+            held, version = loaded
+            steps.append((step("approved", held.request_id, pid, version, n), NOW))
+            moved.append((RequestState.APPROVED, version + 1))
+        # The same decisions, redelivered to three replicas, in three orders.
+        orders = [steps, steps[::-1], steps[1::2] + steps[::2]]
+        results = await asyncio.gather(
+            *(s.requests.commit_steps(o) for s, o in zip(stores, orders, strict=True))
+        )
+        applied: dict[str, int] = {}
+        for order, result in zip(orders, results, strict=True):
+            for (write, _), counted in zip(order, result, strict=True):
+                applied[write.request_id] = applied.get(write.request_id, 0) + counted
+        assert applied == {w.request_id: 1 for w, _ in steps}  # each by exactly one replica
+        async with stores[0].db.engine.connect() as conn:
+            states = (await conn.execute(select(REQUESTS.c.state, REQUESTS.c.version))).all()
+        assert sorted(states) == sorted(moved)  # each moved once, from the version expected
+        assert (await stores[0].audit.verify()).ok
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def test_replicas_deciding_the_same_requests_in_opposite_orders_do_not_deadlock(
+    postgres_url: str,
+) -> None:
+    """Two approvers' decisions on the same three requests reach two replicas in opposite
+    orders while a third transaction holds the middle request: in batch order, each replica
+    would lock its first request and then wait for the other's (a deadlock, one batch
+    aborted after `deadlock_timeout`); in request id order one waits behind the other, which
+    commits, and the late one finds its versions stale."""
+    stores = [await Store.open(postgres_url) for _ in range(2)]
+    try:
+        pids = [f"held-{n}" for n in range(3)]
+        await stores[0].proposals.record([record(p) for p in pids], NOW)
+        base = []
+        for n, pid in enumerate(pids):
+            loaded = await stores[0].requests.load_for_proposal(pid)
+            assert loaded is not None
+            held, version = loaded
+            base.append(step("approved", held.request_id, pid, version, n))
+        base.sort(key=lambda w: w.request_id)
+
+        def by(approver: str) -> list[tuple[StepWrite, datetime]]:
+            out = []
+            for w in base:
+                assert w.decision is not None
+                mine = w.decision._replace(
+                    nonce=f"{approver}-{w.decision.nonce}", approver=approver
+                )
+                out.append((replace(w, decision=mine), NOW))
+            return out
+
+        middle = base[1].request_id
+        async with stores[0].db.engine.connect() as blocker:
+            # The lock an update takes (a decision's foreign key check still passes).
+            await blocker.execute(
+                text("SELECT 1 FROM requests WHERE request_id = :r FOR NO KEY UPDATE"),
+                {"r": middle},
+            )
+            batches = asyncio.gather(
+                stores[0].requests.commit_steps(by("ann")),
+                stores[1].requests.commit_steps(by("bob")[::-1]),
+                return_exceptions=True,
+            )
+            await until_waiting(stores[1].db.engine, 2)  # both batches wait for the middle request
+            await blocker.rollback()
+            results = await batches
+        assert sorted(type(r).__name__ for r in results) == ["ConcurrentUpdate", "list"], results
+        assert [r for r in results if isinstance(r, list)] == [[True, True, True]]
+        assert (await stores[0].audit.verify()).ok
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def until_waiting(engine: AsyncEngine, n: int) -> None:
+    """Until `n` sessions wait for a lock (asked in a new transaction each time: a
+    transaction sees one snapshot of `pg_stat_activity`)."""
+    query = text(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock'"
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        async with engine.connect() as conn:
+            if (await conn.execute(query)).scalar() == n:
+                return
+        assert time.monotonic() < deadline, f"{n} sessions never waited for a lock"
+        await asyncio.sleep(0.01)

@@ -9,7 +9,7 @@ synchronous client of `litenats` and plain JSON:
   may make; where the server refuses it, an ephemeral JetStream consumer delivering new events
   to the private inbox instead);
 - the current generation of the call is found through the agent's status API
-  (`generation_search`), the proposal is published into JetStream with `Nats-Msg-Id: <id>` —
+  (`generation_search`), the proposal is published into JetStream with `Nats-Msg-Id: <agent>:<id>` —
   the same subject, header and fields as the SDK's `Proposal` — and its first event or its
   history says what the service decided; a held call waits up to `--wait` for its outcome;
 - after the call ran, `executed` is reported like `workflow.client.worker.report_execution`.
@@ -68,7 +68,7 @@ from workflow.eventsig import (
     pinned_key,
     verify_event,
 )
-from workflow.ids import release_id_for
+from workflow.ids import proposal_msg_id, release_id_for, report_msg_id
 from workflow.nats_target import Role, resolve_nats
 from workflow.outcomes import PENDING, Outcome, is_terminal
 from workflow.subjects import Subjects
@@ -444,7 +444,7 @@ class Session:
         """Publish the proposal; its state once the service has classified it."""
         created = datetime.now(UTC)
         body = proposal_body(call, pid, self.agent, self.workspace, created)
-        self.publish(self.subjects.proposals(self.agent), body, pid)
+        self.publish(self.subjects.proposals(self.agent), body, proposal_msg_id(self.agent, pid))
         first = self.next_event(pid, self.left(0.1))  # the first event usually comes at once
         known: dict[str, Any] | None = None
         if first is None:
@@ -518,7 +518,7 @@ class Session:
             "success": call.succeeded, "summary": call.summary,
             "finished_at": timestamp(datetime.now(UTC)),
         }  # fmt: skip
-        self.publish(self.subjects.executed(self.agent), body, f"executed:{release}")
+        self.publish(self.subjects.executed(self.agent), body, report_msg_id(self.agent, release))
         return pid
 
 

@@ -30,6 +30,7 @@ from workflow.cli.common import (
     print_json,
 )
 from workflow.errors import ConfigError, ConnectError, describe_invalid
+from workflow.ids import proposal_msg_id
 from workflow.subjects import Subjects
 
 if TYPE_CHECKING:
@@ -192,8 +193,9 @@ async def _propose(
     if wait is None:
         async with connected(nats_url, data_dir, role=Role.AGENT, agent=proposal.agent) as nc:
             duplicate = await transport.publish(
-                nc, subjects.proposals(proposal.agent), proposal, proposal.id
-            )
+                nc, subjects.proposals(proposal.agent), proposal,
+                proposal_msg_id(proposal.agent, proposal.id),
+            )  # fmt: skip
         if json_out:
             print_json({"proposal_id": proposal.id, "duplicate": duplicate})
         else:

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from workflow.client.display import (
     INTENT_LABEL,
+    describe_freeze,
     intent_text,
     mask_secrets,
     mask_text,
@@ -26,6 +27,7 @@ from workflow.client.display import (
     target_of,
     time_left,
 )
+from workflow.controls import FreezeInfo
 from workflow.messages import DecisionVerdict, PendingEntry
 
 if TYPE_CHECKING:
@@ -67,6 +69,8 @@ class InboxState:
     detail: bool = False
     #: An approval waiting for its confirmation (y), for a call that needs one.
     confirming: Action | None = None
+    #: The freezes in force (`api.freezes`), shown above the requests.
+    freezes: list[FreezeInfo] = field(default_factory=list)
 
     def update(self, entries: Sequence[PendingEntry]) -> None:
         """New data, newest first; the selection follows the request it was on."""
@@ -201,7 +205,10 @@ def render(state: InboxState, now: datetime, *, interactive: bool) -> Renderable
     """The inbox as a rich renderable: the pending requests and a status area."""
     title = Text(f"{len(state.entries)} pending" if state.entries else "nothing pending",
                  style="bold")  # fmt: skip
-    parts: list[RenderableType] = [title, Text("")]
+    parts: list[RenderableType] = [title]
+    for freeze in state.freezes:
+        parts.append(Text(f"frozen: {describe_freeze(freeze)}", style="bold red"))
+    parts.append(Text(""))
     current = state.current
     if state.detail and current is not None:
         parts.append(render_detail(current, now))

@@ -38,6 +38,7 @@ from workflow.client import transport
 from workflow.client.approver import Approver
 from workflow.client.display import mask_text
 from workflow.client.verify import ShownRequest, shown_proposal
+from workflow.controls import FreezeInfo
 from workflow.errors import HeadgateError
 from workflow.messages import DecisionVerdict
 from workflow.signing import ApproverKey
@@ -115,6 +116,7 @@ async def watch_inbox(
         while not state.quit:
             try:
                 state.update(await fetch(approver, workspaces, limit))
+                state.freezes = await _freezes(approver, state.freezes)
                 if unreachable:
                     state.message, unreachable = "connected to the service again", False
             except HeadgateError as exc:  # serve restarting: keep the last view, try again
@@ -130,6 +132,15 @@ async def watch_inbox(
                     state.message = await _decide(approver, action, load_key())
                 except HeadgateError as exc:
                     state.message = f"error: {exc}"
+
+
+async def _freezes(approver: Approver, shown: list[FreezeInfo]) -> list[FreezeInfo]:
+    """The freezes in force; what was shown when they cannot be read now (an older service,
+    a server that does not let this approver ask)."""
+    try:
+        return (await approver.freezes()).freezes
+    except HeadgateError:
+        return shown
 
 
 class _View:
@@ -157,6 +168,7 @@ class _View:
             return
         seen = (
             tuple((e.request_id, tuple(e.approvals)) for e in state.entries),
+            tuple(f.freeze_id for f in state.freezes),
             state.message,
         )
         if seen != self.last:

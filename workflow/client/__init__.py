@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from workflow.client.display import mask_secrets as mask_secrets
     from workflow.client.display import summarize as summarize
     from workflow.client.display import target_of as target_of
+    from workflow.client.errors import IdInUse as IdInUse
     from workflow.client.errors import NoLedger as NoLedger
     from workflow.client.errors import NotProcessed as NotProcessed
     from workflow.client.errors import ResultTimeout as ResultTimeout
@@ -33,6 +34,7 @@ _WHERE = {
     "DecisionResult": "approver",
     "DigestMismatch": "verify",
     "Headgate": "agent",
+    "IdInUse": "errors",
     "Ledger": "ledger",
     "NatsTarget": "connection",
     "NoLedger": "errors",
@@ -53,6 +55,7 @@ __all__ = [
     "DecisionResult",
     "DigestMismatch",
     "Headgate",
+    "IdInUse",
     "Ledger",
     "NatsTarget",
     "NoLedger",

@@ -23,7 +23,13 @@ from nats.aio.client import Client as NATS
 
 from workflow.client import transport
 from workflow.client.connection import DEFAULT_CONNECT_TIMEOUT, NatsTarget, Role, resolve_nats
-from workflow.client.errors import NoLedger, NotProcessed, ResultTimeout, ToolBlocked
+from workflow.client.errors import (
+    IdInUse,
+    NoLedger,
+    NotProcessed,
+    ResultTimeout,
+    ToolBlocked,
+)
 from workflow.client.ledger import Ledger
 from workflow.client.results import Event, OutcomeEvent, ResultRouter, Watch
 from workflow.client.trust import NotFromService, trust_for
@@ -36,6 +42,7 @@ from workflow.client.worker import (
     work,
 )
 from workflow.errors import ConnectError, NotFoundError
+from workflow.ids import cancel_msg_id, proposal_msg_id
 from workflow.messages import (
     Blocked,
     Cancel,
@@ -86,7 +93,12 @@ class Ticket:
         Raises `ResultTimeout` when nothing happened within `timeout` seconds.
         """
         if self._outcome is None:
-            self._outcome = await self.client._outcome_of(self, timeout)
+            outcome = await self.client._outcome_of(self, timeout)
+            if isinstance(outcome, Released) and _sent_digest(outcome) != self.proposal.digest():
+                # The release of another call under this id (this agent's own, made elsewhere
+                # first): never this call's.
+                raise IdInUse(self.proposal_id)
+            self._outcome = outcome
         return self._outcome
 
     async def cancel(self, reason: str = "") -> None:
@@ -218,8 +230,13 @@ class Headgate:
             tool, arguments, definition=definition, intent=intent, capability=capability,
             context=context, source=source, workspace=workspace, proposal_id=proposal_id,
         )  # fmt: skip
+        if proposal.id in self.router.watches:
+            raise IdInUse(proposal.id)  # a ticket of this client waits under it
         watch = self.router.watch(proposal.id)
-        await transport.publish(self.nc, self.subjects.proposals(self.agent), proposal, proposal.id)
+        await transport.publish(
+            self.nc, self.subjects.proposals(self.agent), proposal,
+            proposal_msg_id(self.agent, proposal.id),
+        )  # fmt: skip
         known = await transport.poll(
             lambda: transport.history(self.nc, self.subjects, proposal.id, agent=self.agent),
             timeout=timeout, first=0.005, interrupt=watch.first, grace=0.1,
@@ -232,7 +249,8 @@ class Headgate:
                 # know yet): it says why, and nothing was recorded to wait for.
                 self.router.forget(proposal.id)
                 raise ToolBlocked(first)
-            ticket = self._ticket_from_event(proposal, first)
+            if not (isinstance(first, Released) and _sent_digest(first) != proposal.digest()):
+                ticket = self._ticket_from_event(proposal, first)
             if ticket is None:
                 known = await transport.history(
                     self.nc, self.subjects, proposal.id, agent=self.agent
@@ -240,6 +258,11 @@ class Headgate:
         if ticket is None:
             if known is None:
                 raise NotProcessed(proposal.id, timeout)
+            if not _same_call(known.proposal, proposal):
+                # The id was this agent's already, for another call: the service kept that
+                # one and refused this one. Its ticket is not this call's.
+                self.router.forget(proposal.id)
+                raise IdInUse(proposal.id)
             ticket = self._ticket_from_history(known)
         if ticket._outcome is None:
             ticket._watch = watch
@@ -323,7 +346,7 @@ class Headgate:
         """Withdraw an own pending proposal (published on `<prefix>.cancel.<agent>`)."""
         body = Cancel(proposal_id=proposal_id, agent=self.agent, reason=reason)
         await transport.publish(
-            self.nc, self.subjects.cancel(self.agent), body, f"cancel:{proposal_id}"
+            self.nc, self.subjects.cancel(self.agent), body, cancel_msg_id(self.agent, proposal_id)
         )
 
     async def report(self, released: Released, *, success: bool, summary: str) -> None:
@@ -404,7 +427,10 @@ class Headgate:
             context=context, source=source, workspace=workspace, proposal_id=proposal_id,
         )  # fmt: skip
         self.ledger.queue(proposal.id, tool)
-        await transport.publish(self.nc, self.subjects.proposals(self.agent), proposal, proposal.id)
+        await transport.publish(
+            self.nc, self.subjects.proposals(self.agent), proposal,
+            proposal_msg_id(self.agent, proposal.id),
+        )  # fmt: skip
         return proposal.id
 
     async def run_released(
@@ -429,6 +455,18 @@ class Headgate:
             self.nc, self.subjects, self.agent, self.ledger, handlers,
             stop=stop or asyncio.Event(), on_blocked=on_blocked, batch=batch, ack_wait=ack_wait,
         )  # fmt: skip
+
+
+def _sent_digest(released: Released) -> str:
+    """The digest of the proposal a release answers, as the agent sent it."""
+    return released.edited_from or released.proposal_digest
+
+
+def _same_call(stored: Proposal, sent: Proposal) -> bool:
+    """The stored proposal is the call sent (another copy of it may carry another time)."""
+    return stored.model_copy(update={"created_at": None}).digest() == (
+        sent.model_copy(update={"created_at": None}).digest()
+    )
 
 
 def _keyword_arguments(

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
+from workflow.controls import FreezeInfo
 from workflow.masking import MASK as MASK
 from workflow.masking import is_secret_key as is_secret_key
 from workflow.masking import mask_secrets as mask_secrets
@@ -171,3 +172,21 @@ def _masked_data(data: dict[str, Any]) -> dict[str, Any]:
     return {
         k: mask_text(v) if k in _TEXT_FIELDS and isinstance(v, str) else v for k, v in data.items()
     }
+
+
+def describe_freeze(freeze: FreezeInfo) -> str:
+    """One freeze in force, in words: its scope, what it holds, who, when and why."""
+    scope = " in ".join(
+        part
+        for part in (
+            f"agent {freeze.agent}" if freeze.agent else "",
+            f"workspace {freeze.workspace}" if freeze.workspace else "",
+        )
+        if part
+    )
+    calls = "every call" if freeze.all_calls else "every call but reads"
+    why = f": {mask_text(freeze.reason)}" if freeze.reason else ""
+    return (
+        f"{calls} of {scope or 'every agent and workspace'} is held "
+        f"(by {freeze.by}, {freeze.at:%Y-%m-%d %H:%M} UTC){why}"
+    )

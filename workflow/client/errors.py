@@ -43,6 +43,18 @@ class NotProcessed(HeadgateError):
         )
 
 
+class IdInUse(HeadgateError):
+    """This agent already made another call under the proposal id it asked for: the first
+    call keeps the id (its ticket, its outcome); a new call needs a new id."""
+
+    def __init__(self, proposal_id: str):
+        self.proposal_id = proposal_id
+        super().__init__(
+            f"proposal id {proposal_id} is already in use by another call of this agent; "
+            "a new call needs a new id (leave proposal_id out for a fresh one)"
+        )
+
+
 class NoLedger(HeadgateError):
     """Unattended mode needs a state directory for its ledger."""
 

@@ -10,7 +10,7 @@ arrived while no worker ran waits there. For each release of a call the ledger k
    have happened, so it is **not run again** (at-most-once): it becomes ``unknown`` and is
    reported as a failure whose summary starts with "outcome unknown".
 3. ``finished`` / ``unknown`` → a redelivery (the ack was lost): re-publish the same `Executed`
-   report (deduplicated by ``Nats-Msg-Id: executed:<release id>``) and ack.
+   report (deduplicated by ``Nats-Msg-Id: executed:<agent>:<release id>``) and ack.
 
 A release is acked only once the ledger says finished (or unknown), so a crash anywhere means a
 redelivery that step 2 or 3 settles. Blocked events go to ``on_blocked`` and are acked; nothing
@@ -37,6 +37,7 @@ from workflow.client import transport
 from workflow.client.ledger import Entry, Ledger
 from workflow.client.results import parse_event, results_filter
 from workflow.client.trust import ServiceTrust, trust_for
+from workflow.ids import report_msg_id
 from workflow.messages import Blocked, Executed, Held, Released
 from workflow.outcomes import Outcome
 from workflow.subjects import Subjects
@@ -99,7 +100,7 @@ async def report_execution(
         release_id=release_id, proposal_id=proposal_id, agent=agent, success=success,
         summary=_shorten(summary), finished_at=datetime.now(UTC),
     )  # fmt: skip
-    await transport.publish(nc, subjects.executed(agent), body, f"executed:{release_id}")
+    await transport.publish(nc, subjects.executed(agent), body, report_msg_id(agent, release_id))
 
 
 @dataclass

@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from workflow.controls import (
     BacktestQuery,
     BacktestReply,
+    FreezeChanged,
     FreezeOrder,
     FreezeReply,
     FreezesQuery,
@@ -150,6 +151,7 @@ EVENTS: dict[str, tuple[type[BaseModel], str]] = {
     "blocked": (Blocked, "The call will never run: denied, rejected, expired or cancelled."),
     "dead": (DeadLetter, "Input a stage could not process, with the error (operators)."),
     "escalated": (Escalated, "A step of a held request's escalation ladder (notifiers)."),
+    "controls": (FreezeChanged, "A freeze put in force (`freeze`) or lifted (`thaw`)."),
 }
 
 ContextSource = Callable[[], ServiceContext | None]

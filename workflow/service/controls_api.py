@@ -28,6 +28,7 @@ from workflow.approvals import DEFAULT_MAX_SKEW, ApproverProfile, ineligibility
 from workflow.controls import (
     BacktestQuery,
     BacktestReply,
+    FreezeChanged,
     FreezeOrder,
     FreezeReply,
     FreezesQuery,
@@ -37,7 +38,7 @@ from workflow.controls import (
     GrantsQuery,
     GrantsReply,
 )
-from workflow.effects import AuditEntry
+from workflow.effects import AuditEntry, OutboxEvent
 from workflow.errors import PolicyError
 from workflow.messages import ApiError, Classification, Proposal, Verdict
 from workflow.policy.backtest import Backtest, PastCall
@@ -274,13 +275,35 @@ async def freeze(ctx: ServiceContext, raw: dict[str, Any], body: FreezeOrder) ->
     except Refused as exc:
         return await _refused(ctx, f"{what}.refused", body, raw, str(exc))
     data = {"agent": body.agent, "workspace": body.workspace, "reason": body.reason}
+    before = await ctx.store.grants.freezes()
+
+    def news(message: str, in_force: list[FreezeTerms], **change: Any) -> OutboxEvent:
+        """The change, for live inboxes and other subscribers (`<prefix>.controls.*`)."""
+        kind = "thaw" if body.thaw else "freeze"
+        event = FreezeChanged(
+            change=kind, message=message, agent=body.agent, workspace=body.workspace,
+            all_calls=body.all_calls, reason=body.reason, by=name, at=now,
+            freezes=[freeze_info(f) for f in in_force], **change,
+        )  # fmt: skip
+        return OutboxEvent(
+            msg_id=f"{kind}:{body.nonce}",
+            subject=ctx.subjects.controls(kind),
+            payload=event.model_dump_json(),
+        )
+
+    events: list[OutboxEvent] = []
     if body.thaw:
+
+        def thawed(lifted: int) -> list[OutboxEvent]:
+            # What stays in force: the freezes read before, but those of exactly this scope.
+            left = [f for f in before if (f.agent, f.workspace) != (body.agent, body.workspace)]
+            events[:] = [news(_thawed(lifted), left, lifted=lifted)]  # a retried body: once
+            return events
+
         lifted = await ctx.store.grants.thaw(
-            body.agent, body.workspace, name, [AuditEntry("thaw", name, data)], now
+            body.agent, body.workspace, name, [AuditEntry("thaw", name, data)], now, thawed
         )
-        message = (
-            f"Thawed {lifted} freeze(s)." if lifted else "Nothing was frozen in exactly that scope."
-        )
+        message = _thawed(lifted)
     else:
         terms = FreezeTerms(
             freeze_id=f"fz_{body.nonce}", agent=body.agent, workspace=body.workspace,
@@ -289,12 +312,21 @@ async def freeze(ctx: ServiceContext, raw: dict[str, Any], body: FreezeOrder) ->
         audit = AuditEntry(
             "freeze", name, {**data, "all_calls": body.all_calls, "id": terms.freeze_id}
         )
-        await ctx.store.grants.freeze(terms, [audit], now)
         message = f"Frozen: {terms.describe()}."
+        events.append(news(message, [*before, terms], freeze_id=terms.freeze_id))
+        await ctx.store.grants.freeze(terms, [audit], now, events)
     log.info("%s", message)
+    try:
+        await ctx.publish(events)
+    except Exception as exc:  # committed with the change: the republisher sends it
+        log.warning("publishing the news of a freeze failed (%s); it is in the outbox", exc)
     return FreezeReply(
         message=message, freezes=[freeze_info(f) for f in await ctx.store.grants.freezes()]
     )
+
+
+def _thawed(lifted: int) -> str:
+    return f"Thawed {lifted} freeze(s)." if lifted else "Nothing was frozen in exactly that scope."
 
 
 async def freezes(ctx: ServiceContext, raw: dict[str, Any], query: FreezesQuery) -> BaseModel:

@@ -171,7 +171,7 @@ class Intake:
                 except Exception as exc:
                     log.exception("intake: unexpected error on %s", msg.subject)
                     await self.settle.failed(msg, f"internal error: {exc!r}")
-            good, events = await self._commit(good, bad, now)
+            good, events = await self._commit(good, bad, invalid, now)
             sending = await self._send(events)
         if not await self._publish(good, events, sending, now):
             good = []
@@ -282,7 +282,11 @@ class Intake:
             return False
 
     async def _commit(
-        self, good: list[tuple[Msg, IntakeRecord]], bad: list[tuple[Msg, str]], now: datetime
+        self,
+        good: list[tuple[Msg, IntakeRecord]],
+        bad: list[tuple[Msg, str]],
+        invalid: list[tuple[Msg, str]],
+        now: datetime,
     ) -> tuple[list[tuple[Msg, IntakeRecord]], list[OutboxEvent]]:
         """Write the batch in one transaction; returns the messages to ack and events to send.
 
@@ -295,7 +299,8 @@ class Intake:
         acked, or are in the outbox, or come with the first copy's redelivery; re-sending them
         would hand every core subscriber a second `released` event, and past the duplicate
         window the results stream would store one.
-        The same id with another digest is a conflict and goes to `bad`.
+        The same id with another digest is a conflict (`_conflicts`): refused, and the first
+        proposal under that id is left as it was.
         """
         ctx = self.ctx
         if not good:
@@ -311,19 +316,14 @@ class Intake:
         republish: list[str] = []
         duplicates = 0
         keep: list[tuple[Msg, IntakeRecord]] = []
+        conflicts: list[tuple[Msg, IntakeRecord]] = []
         for msg, rec in good:
             digest = rec.proposal.digest
             first = rec.id not in digests
             digests.setdefault(rec.id, digest)
             stored = digest if rec.id in result.new else result.existing_digests.get(rec.id)
             if stored != digest or digests[rec.id] != digest:
-                bad.append(
-                    (
-                        msg,
-                        f"proposal id {rec.id!r} was already used for a different "
-                        "proposal; an edited proposal needs a new id",
-                    )
-                )
+                conflicts.append((msg, rec))
                 continue
             keep.append((msg, rec))
             if first and rec.id in result.new:
@@ -348,6 +348,8 @@ class Intake:
         for outcome, n in outcomes.items():
             ctx.metrics.outcomes.labels(outcome).inc(n)
         ctx.metrics.duplicates.inc(duplicates)
+        if conflicts:
+            await self._conflicts(conflicts, bad, invalid)
         if republish:
             rebuilt = [
                 (event, row.received_at)
@@ -356,6 +358,46 @@ class Intake:
             ]
             events.extend(await to_resend(ctx.js, rebuilt, now, ctx.signer))
         return keep, events
+
+    async def _conflicts(
+        self,
+        conflicts: list[tuple[Msg, IntakeRecord]],
+        bad: list[tuple[Msg, str]],
+        invalid: list[tuple[Msg, str]],
+    ) -> None:
+        """Proposals whose id is already taken by another proposal (ids are chosen by agents,
+        and one namespace across them). The first proposal keeps the id, untouched.
+
+        Another agent's id: the sender is answered (`invalid`, on its own blocked subject),
+        without a word about the proposal that holds the id. The same agent's: dead-lettered
+        only, since an answer under that id on the agent's results would reach whoever waits
+        for the first proposal (the agent's SDK refuses to take the first one's ticket for
+        another call). Who holds the id is read from the database; when that fails, the
+        messages are retried.
+        """
+        try:
+            owners = await self.ctx.store.proposals.owners({rec.id for _, rec in conflicts})
+        except Exception as exc:
+            log.warning("intake: reading the owners of reused ids failed (%s); will retry", exc)
+            await self._retry(conflicts, f"reading the owners of reused ids failed: {exc}")
+            return
+        for msg, rec in conflicts:
+            if owners.get(rec.id, rec.proposal.agent) == rec.proposal.agent:
+                bad.append(
+                    (
+                        msg,
+                        f"proposal id {rec.id!r} was already used for a different "
+                        "proposal; an edited proposal needs a new id",
+                    )
+                )
+            else:
+                invalid.append(
+                    (
+                        msg,
+                        f"proposal id {rec.id!r} is already in use by another proposal; "
+                        "every proposal needs an id of its own (a fresh random one)",
+                    )
+                )
 
     async def _retry(self, good: Sequence[tuple[Msg, IntakeRecord]], error: str) -> None:
         for msg, _ in good:

@@ -254,8 +254,10 @@ class Service:
         self.supervisor.metrics = m
         intake = Intake(ctx)
         self.stages = [
+            # Two batches in hand: the next one is classified while the last one commits and
+            # waits for its PubAcks (the intake serialises its commits on `ctx.turns`).
             PullStage(
-                nc, js, consumers["intake"], intake, batch=s.batch, metrics=m,
+                nc, js, consumers["intake"], intake, batch=s.batch, overlap=2, metrics=m,
                 settle=intake.settle,
             )
         ]  # fmt: skip

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -185,7 +186,12 @@ class PullStage:
 
     No waiting to fill a batch: the first message is taken as soon as it arrives, with
     whatever else is already queued (up to `batch`); the next messages keep arriving while
-    the handler runs, on pull requests kept outstanding (see `_Puller`).
+    the handler runs, on pull requests kept outstanding (see `Puller`).
+
+    `overlap`: how many batches may be in the handler at once. With 2, the next batch is
+    taken and prepared while the previous one waits for its commit and its PubAcks (the
+    handler serialises what must be serialised itself), instead of waiting behind them: on
+    PostgreSQL a batch spends most of its time waiting on the database.
     """
 
     def __init__(
@@ -196,6 +202,7 @@ class PullStage:
         handler: BatchHandler,
         *,
         batch: int = 256,
+        overlap: int = 1,
         poll: float = 1.0,
         metrics: Metrics | None = None,
         settle: Settle | None = None,
@@ -203,6 +210,7 @@ class PullStage:
         self.nc, self.js, self.spec = nc, js, spec
         self.handler = handler
         self.batch = batch
+        self.overlap = max(overlap, 1)
         self.poll = poll
         self.processed = 0
         self.metrics = metrics
@@ -225,39 +233,29 @@ class PullStage:
             puller.wake.set()
 
         watcher = asyncio.create_task(wake_on_stop())
+        batches = _InHand(beat)
         pause = 0.5
         try:
             while not stopping.is_set():
-                beat()
+                batches.idle_beat()
+                if len(batches) >= self.overlap:
+                    await batches.one_finished()
+                    continue
                 try:
-                    msgs = await puller.next_batch(self.batch, stopping, beat)
+                    msgs = await puller.next_batch(self.batch, stopping, batches.idle_beat)
                 except Exception as exc:  # disconnected, consumer deleted, no JetStream, …
                     if self.nc.is_closed:
                         return
-                    log.warning("stage %s: pull failed (%s); retrying", self.spec.durable, exc)
-                    await asyncio.sleep(pause)
+                    await self._pull_failed(exc, pause)
                     pause = min(pause * 2, 5.0)
                     puller.pending = 0
-                    if isinstance(exc, PullFailed):
-                        try:
-                            await ensure_consumer(self.js, self.spec, deadline=5.0)
-                        except Exception as again:
-                            log.warning("stage %s: %s", self.spec.durable, again)
                     continue
-                if not msgs:
-                    continue
-                pause = 0.5
-                # Shielded: a stop request lets the batch in hand finish (ack after commit).
-                started = time.perf_counter()
-                try:
-                    await asyncio.shield(self.handler(msgs))
-                except Exception as exc:  # a message must not end the stage: retry the batch
-                    await self.settle.batch_failed(msgs, exc)
-                self.processed += len(msgs)
-                if self.metrics is not None:
-                    self._observe(msgs, time.perf_counter() - started)
+                if msgs:
+                    pause = 0.5
+                    batches.start(self._handle(msgs))
         finally:
             watcher.cancel()
+            await batches.all_finished()
             flush = getattr(self.handler, "flush", None)
             if flush is not None:
                 try:
@@ -265,6 +263,25 @@ class PullStage:
                 except Exception:
                     pass
             await puller.close()
+
+    async def _pull_failed(self, exc: Exception, pause: float) -> None:
+        log.warning("stage %s: pull failed (%s); retrying", self.spec.durable, exc)
+        await asyncio.sleep(pause)
+        if isinstance(exc, PullFailed):
+            try:
+                await ensure_consumer(self.js, self.spec, deadline=5.0)
+            except Exception as again:
+                log.warning("stage %s: %s", self.spec.durable, again)
+
+    async def _handle(self, msgs: list[Msg]) -> None:
+        started = time.perf_counter()
+        try:
+            await self.handler(msgs)
+        except Exception as exc:  # a message must not end the stage: retry the batch
+            await self.settle.batch_failed(msgs, exc)
+        self.processed += len(msgs)
+        if self.metrics is not None:
+            self._observe(msgs, time.perf_counter() - started)
 
     def _observe(self, msgs: Sequence[Msg], seconds: float) -> None:
         assert self.metrics is not None
@@ -274,3 +291,41 @@ class PullStage:
         again = sum(1 for m in msgs if attempts(m) > 1)
         if again:
             self.metrics.redeliveries.labels(stage).inc(again)
+
+
+class _InHand:
+    """The batches a stage's handler is working on, oldest first, each in a task of its own:
+    a stop request lets the batches in hand finish (ack after commit) even when the stage's
+    loop is cancelled.
+
+    The stage's `beat` is given when nothing is in hand (the loop waits for messages) and when
+    the oldest batch ends, never otherwise: a batch that hangs is not hidden by the batches
+    taken after it."""
+
+    def __init__(self, beat: Callable[[], None]):
+        self._beat = beat
+        self._tasks: deque[asyncio.Task[None]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def idle_beat(self) -> None:
+        if not self._tasks:
+            self._beat()
+
+    def start(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.append(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        if self._tasks and self._tasks[0] is task:
+            self._beat()
+        self._tasks.remove(task)
+
+    async def one_finished(self) -> None:
+        await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
+
+    async def all_finished(self) -> None:
+        if self._tasks:
+            await asyncio.shield(asyncio.wait(set(self._tasks)))

@@ -114,6 +114,10 @@ def stream_configs(
         cfg(
             "notified", [subjects.notified(">")], retention=RetentionPolicy.LIMITS, max_age=30 * DAY
         ),
+        # Freezes put in force and lifted: news for live inboxes (the database is the record).
+        cfg(
+            "controls", [subjects.controls(">")], retention=RetentionPolicy.LIMITS, max_age=30 * DAY
+        ),
     ]
 
 

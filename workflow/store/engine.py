@@ -172,6 +172,13 @@ class Database:
         self.pg_inserts = PgInserts() if self.dialect == "postgresql" else None
         #: PostgreSQL: the first statement of the intake's and the collector's transactions.
         self.pg_statements = PgStatements() if self.dialect == "postgresql" else None
+        #: PostgreSQL: the engine's pool without a transaction around each statement (see
+        #: `read`).
+        self._reader = (
+            engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self.dialect == "postgresql"
+            else engine
+        )
         #: SQLite: the DB-API inserts (see `fastpath`); None on PostgreSQL.
         self.sqlite_inserts = SqliteInserts() if self.dialect == "sqlite" else None
         self._core_inserts: dict[tuple[str, bool], Any] = {}
@@ -296,7 +303,10 @@ class Database:
         uses that connection meanwhile: writes are synchronous too. `background` (a long read
         of housekeeping): in a worker thread on the background connection instead, without
         the write lock (a reader of the write-ahead log waits for no writer), so the loop goes
-        on. PostgreSQL: `run_sync` on a pooled connection.
+        on. PostgreSQL: `run_sync` on a pooled connection in autocommit mode: each statement is
+        one round trip, without the BEGIN before it and the ROLLBACK after (the intake reads
+        the freezes for every batch). Under READ COMMITTED every statement took a snapshot of
+        its own anyway.
         """
         if background and self._background_writer is not None:
             return await _in_thread(self._background_writer, body)
@@ -304,7 +314,7 @@ class Database:
         if writer is not None:
             with writer.connect() as conn:
                 return body(conn)
-        async with self.engine.connect() as conn:
+        async with self._reader.connect() as conn:
             return await conn.run_sync(body)
 
     async def ping(self) -> None:

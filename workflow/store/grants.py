@@ -11,19 +11,20 @@ twice).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, or_, select, update
 
 from workflow.controls import FreezeInfo, GrantInfo, GrantScope
-from workflow.effects import AuditEntry
+from workflow.effects import AuditEntry, OutboxEvent
 from workflow.policy.freeze import FreezeTerms
 from workflow.policy.grants import GrantTerms
 from workflow.store import fastpath
 from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
+from workflow.store.outbox import Outbox
 from workflow.store.tables import FREEZES, GRANT_USES, GRANTS, PROPOSALS
 
 _FREEZES_SQL = (
@@ -86,10 +87,15 @@ _FREEZES = (
 )  # fmt: skip
 
 
+#: The events of a thaw, given how many freezes it lifted (none when it lifted none).
+ThawNews = Callable[[int], Sequence[OutboxEvent]]
+
+
 class Grants:
-    def __init__(self, db: Database, audit: AuditLog):
+    def __init__(self, db: Database, audit: AuditLog, outbox: Outbox):
         self.db = db
         self.audit = audit
+        self.outbox = outbox
 
     async def issue(
         self, values: dict[str, Any], audit: Sequence[AuditEntry], now: datetime
@@ -217,7 +223,13 @@ class Grants:
             for r in conn.execute(_FREEZES)
         ]
 
-    async def freeze(self, terms: FreezeTerms, audit: Sequence[AuditEntry], now: datetime) -> None:
+    async def freeze(
+        self, terms: FreezeTerms, audit: Sequence[AuditEntry], now: datetime,
+        events: Sequence[OutboxEvent] = (),
+    ) -> None:  # fmt: skip
+        """Put a freeze in force, with its audit record and its news (`events`, kept in the
+        outbox in the same transaction)."""
+
         def body(conn: Connection) -> None:
             conn.execute(
                 FREEZES.insert().values(
@@ -231,14 +243,17 @@ class Grants:
                 )
             )
             self.audit.append_in(conn, audit, now)
+            self.outbox.insert_in(conn, events, now)
 
         await self.db.transact(body)
 
     async def thaw(
         self, agent: str | None, workspace: str | None, by: str, audit: Sequence[AuditEntry],
-        now: datetime,
+        now: datetime, news: ThawNews = lambda lifted: (),
     ) -> int:  # fmt: skip
-        """Lift the freezes of exactly this scope; returns how many were lifted."""
+        """Lift the freezes of exactly this scope, with the audit record and the news of the
+        lift (`news`, kept in the outbox in the same transaction) when it lifted any; returns
+        how many were lifted."""
 
         def body(conn: Connection) -> int:
             moved = conn.execute(
@@ -254,6 +269,7 @@ class Grants:
             )
             if moved.rowcount:
                 self.audit.append_in(conn, audit, now)
+                self.outbox.insert_in(conn, news(int(moved.rowcount)), now)
             return int(moved.rowcount)
 
         return await self.db.transact(body)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +67,10 @@ def _files(path: Path) -> list[Path]:
     return [path, path.with_name(path.name + "-wal")]
 
 
+#: Attempts at truncating the write-ahead log after `VACUUM` (50 ms apart).
+TRUNCATE_TRIES = 600
+
+
 async def vacuum(db: Database) -> Vacuumed | None:
     """Rebuild the SQLite file without its free pages and truncate the write-ahead log;
     None on PostgreSQL (autovacuum's job, see above).
@@ -82,7 +87,15 @@ async def vacuum(db: Database) -> Vacuumed | None:
         raw = sqlite3.connect(path, timeout=30, isolation_level=None)
         try:
             raw.execute("VACUUM")
-            raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            # The rebuilt file went through the log: copy it back and cut the log to nothing.
+            # A checkpoint another connection is running meanwhile (the service's, which
+            # copies most of the log without the write lock) makes this one return busy at
+            # once rather than wait: try again until it is through.
+            for _ in range(TRUNCATE_TRIES):
+                busy, _log, _copied = raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if not busy:
+                    break
+                time.sleep(0.05)
         finally:
             raw.close()
 

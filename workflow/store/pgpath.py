@@ -208,6 +208,11 @@ class PgStatements:
         (a step whose request was at another version moved nothing: the caller rolls back)."""
         if self._steps is None:
             self._steps = self._build_steps()
+        # In request id order (a request has one step per batch): replicas applying decisions
+        # on the same requests lock their rows, and the decisions' unique keys, in one order,
+        # so neither waits for the other in a cycle (in batch order they deadlocked).
+        decisions = sorted(decisions, key=lambda d: (d.request_id, d.nonce))
+        steps = sorted(steps, key=lambda s: s.request_id)
         params = {
             **_arrays("d", decisions, len(DecisionRecord._fields)),
             **_arrays("s", steps, len(StepRow._fields)),

@@ -130,6 +130,14 @@ class Proposals:
             for pid, payload, classification, verdict, trace, at in rows
         ]
 
+    async def owners(self, proposal_ids: Iterable[str]) -> dict[str, str]:
+        """The agent that proposed each of these ids (the ids not stored are left out)."""
+        query = select(PROPOSALS.c.id, PROPOSALS.c.agent).where(
+            PROPOSALS.c.id.in_(list(proposal_ids))
+        )
+        rows = await self.db.read(lambda conn: list(conn.execute(query)))
+        return {row.id: row.agent for row in rows}
+
     async def parts(self, proposal_id: str) -> tuple[str, str, str, dict[str, str]] | None:
         """The stored proposal, classification and verdict JSON, and its trace context."""
         found = await self.stored([proposal_id])

@@ -59,7 +59,7 @@ class Store:
         self.passkeys = Passkeys(db, self.audit)
         self.escalations = Escalations(db, self.requests)
         self.retention = Retention(db, self.audit)
-        self.grants = Grants(db, self.audit)
+        self.grants = Grants(db, self.audit, self.outbox)
 
     @classmethod
     async def open(cls, url: str, *, pool_size: int = 5) -> Store:

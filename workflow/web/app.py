@@ -34,7 +34,9 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from workflow.client.display import describe_freeze
 from workflow.client.transport import ApiRefused
+from workflow.controls import FreezeInfo
 from workflow.errors import ConnectError, describe_invalid
 from workflow.messages import (
     ApprovalDecision,
@@ -114,6 +116,7 @@ class Snapshot:
     proposals: dict[str, Proposal] = field(default_factory=dict)
     version: int = 0
     error: str | None = None
+    freezes: list[FreezeInfo] = field(default_factory=list)
 
 
 class Feed:
@@ -176,11 +179,13 @@ class Feed:
                 [e for e in entries if e.request_id in proposals],
                 {k: v for k, v in proposals.items() if k in live},
                 self.snapshot.version + 1,
+                freezes=await self.backend.freezes(),
             )
         except (ConnectError, ApiRefused) as exc:
             snapshot = Snapshot(
                 self.snapshot.entries, self.snapshot.proposals, self.snapshot.version + 1,
                 f"The service is not answering ({exc}); showing what it said last.",
+                self.snapshot.freezes,
             )  # fmt: skip
         async with self.changed:
             self.snapshot = snapshot
@@ -299,10 +304,11 @@ class WebInbox:
             for e in snap.entries
             if e.request_id in snap.proposals
         ]
+        frozen = [describe_freeze(f) for f in snap.freezes]
         html = self.templates.get_template("list.html").render(
-            groups=grouped(items), error=snap.error
+            groups=grouped(items), error=snap.error, frozen=frozen
         )
-        key = "|".join(sorted(i.fingerprint for i in items)) + f"|{snap.error}"
+        key = "|".join(sorted(i.fingerprint for i in items)) + f"|{snap.error}|{frozen}"
         return html, key
 
     # ------------------------------------------------------------------ pages

@@ -19,6 +19,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from workflow.client import transport
+from workflow.controls import FreezeInfo, FreezeReply, FreezesQuery
 from workflow.errors import HeadgateError
 from workflow.messages import (
     InvitationQuery,
@@ -60,6 +61,8 @@ class Backend(Protocol):
 
     async def watch(self, changed: Callable[[], None]) -> Callable[[], Awaitable[None]]: ...
 
+    async def freezes(self) -> list[FreezeInfo]: ...
+
 
 class NatsBackend:
     def __init__(self, nc: NATS, subjects: Subjects):
@@ -74,6 +77,12 @@ class NatsBackend:
 
     async def history(self, ident: str) -> ProposalHistory | None:
         return await transport.history(self.nc, self.subjects, ident)
+
+    async def freezes(self) -> list[FreezeInfo]:
+        reply = await transport.ask(
+            self.nc, self.subjects.api_control("freezes"), FreezesQuery(), FreezeReply
+        )
+        return reply.freezes
 
     async def decide(self, raw: dict[str, Any], *, timeout: float = 10.0) -> DecisionResult:
         """Publish a signed decision as received (its signature covers these very bytes'
@@ -130,7 +139,8 @@ class NatsBackend:
 
     async def watch(self, changed: Callable[[], None]) -> Callable[[], Awaitable[None]]:
         """Call `changed` whenever something that shows in the inbox may have changed: a request
-        held, a decision sent, a request closed or escalated. Returns the unsubscribe."""
+        held, a decision sent, a request closed or escalated, a freeze put in force or lifted.
+        Returns the unsubscribe."""
         s = self.subjects
 
         async def on(msg: Msg) -> None:
@@ -140,7 +150,7 @@ class NatsBackend:
             await self.nc.subscribe(subject, cb=on)
             for subject in (
                 s.inbox(">"), s.decisions(">"), s.released(">"), s.blocked(">"),
-                s.escalated(">"),
+                s.escalated(">"), s.controls(">"),
             )
         ]  # fmt: skip
 
