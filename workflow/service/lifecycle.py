@@ -254,10 +254,14 @@ class Service:
         self.supervisor.metrics = m
         intake = Intake(ctx)
         self.stages = [
-            # Two batches in hand: the next one is classified while the last one commits and
-            # waits for its PubAcks (the intake serialises its commits on `ctx.turns`).
+            # One batch in hand. With two (`overlap=2`: the next batch classified while the
+            # last one commits and waits for its PubAcks) the event loop was never free at full
+            # speed and the decisions waiting to be collected waited behind batch after batch:
+            # an approved call's p50 at the mix's maximum went from 0.3-1.0 x the read p50 to
+            # 10-11 x on SQLite, for 10-15 % more throughput, and on an idle machine the
+            # PostgreSQL read p50 at 500/s was no lower (docs/bench.md, eighth pass).
             PullStage(
-                nc, js, consumers["intake"], intake, batch=s.batch, overlap=2, metrics=m,
+                nc, js, consumers["intake"], intake, batch=s.batch, overlap=1, metrics=m,
                 settle=intake.settle,
             )
         ]  # fmt: skip
