@@ -111,17 +111,12 @@ class Requests:
 
         return await self.db.read(body)
 
-    async def load_many(self, request_ids: Sequence[str]) -> dict[str, tuple[HeldRequest, int]]:
-        """`load` of several requests by request id, in one read: those that exist."""
-        if not request_ids:
-            return {}
-        return await self.db.read(lambda conn: self.load_many_in(conn, request_ids))
-
     def load_many_in(
         self, conn: Connection, request_ids: Sequence[str]
     ) -> dict[str, tuple[HeldRequest, int]]:
-        """`load_many` inside the caller's read (on SQLite through the DB-API: a decision's
-        fixed cost is mostly statements, see `fastpath`)."""
+        """Several requests by request id, with their approvals and versions, inside the
+        caller's read: those that exist (on SQLite through the DB-API: a decision's fixed
+        cost is mostly statements, see `fastpath`)."""
         if not request_ids:
             return {}
         if self.db.fast:
@@ -136,15 +131,9 @@ class Requests:
             r.request_id: (_held(r, approvals.get(r.request_id, ())), int(r.version)) for r in rows
         }
 
-    async def nonce_signatures(self, nonces: Sequence[str]) -> dict[str, str | None]:
-        """`nonce_signature` of several nonces in one read: the recorded ones, with the
-        signature each carried."""
-        if not nonces:
-            return {}
-        return await self.db.read(lambda conn: self.nonce_signatures_in(conn, nonces))
-
     def nonce_signatures_in(self, conn: Connection, nonces: Sequence[str]) -> dict[str, str | None]:
-        """`nonce_signatures` inside the caller's read."""
+        """Which of these nonces were recorded, with the signature each carried, inside the
+        caller's read."""
         if not nonces:
             return {}
         if self.db.fast:
