@@ -485,6 +485,36 @@ async def test_approver_publishes_a_decision_but_not_a_proposal(
     await refused_publish(approver, f"headgate.released.{AGENT}")
 
 
+async def test_approver_reads_the_freezes_but_cannot_publish_them(
+    service: Conn, connect: Any
+) -> None:
+    """The freezes stream (`headgate.controls.*`, published by the service) is the approvers'
+    to read — live, by sequence, the last change, direct gets — and not to write."""
+    approver: Conn = await connect(APPROVER)
+    live = await approver.nc.subscribe("headgate.controls.>")
+    await approver.nc.flush()
+    stream, js = "HEADGATE_CONTROLS", approver.nc.jetstream()
+    before = await stream_messages(service, stream)
+    await service.nc.jetstream().publish("headgate.controls.freeze", b'{"change": "freeze"}')
+    assert (await live.next_msg(timeout=5)).data == b'{"change": "freeze"}'
+    assert (await js.stream_info(stream)).state.messages == before + 1
+    last = await js.get_last_msg(stream, "headgate.controls.>")
+    direct = await js.get_last_msg(stream, "headgate.controls.freeze", direct=True)
+    by_seq = await js.get_msg(stream, seq=last.seq)
+    assert last.data == direct.data == by_seq.data == b'{"change": "freeze"}'
+    assert approver.violations.errors == []
+
+    await refused_publish(approver, "headgate.controls.freeze")
+    await refused_publish(approver, "headgate.controls.thaw")
+    for subject in [
+        f"$JS.API.STREAM.PURGE.{stream}", f"$JS.API.STREAM.MSG.DELETE.{stream}",
+        f"$JS.API.STREAM.UPDATE.{stream}", f"$JS.API.CONSUMER.CREATE.{stream}",
+    ]:  # fmt: skip
+        await approver.nc.publish(subject, b"{}")
+        await approver.violations.wait_for("publish", subject)
+    assert await stream_messages(service, stream) == before + 1
+
+
 async def test_approver_reads_the_inbox_and_queries_the_service(
     service: Conn, connect: Any
 ) -> None:

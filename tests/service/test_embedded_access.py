@@ -12,12 +12,15 @@ from pathlib import Path
 import nats
 import pytest
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
 from tests.service.helpers import unique_prefix
 from workflow import datadir
 from workflow.client import Approver, Headgate
 from workflow.client.connection import Role, credentials_file, inbox_prefix_for
+from workflow.controls import FreezeChanged
 from workflow.errors import ConfigError
+from workflow.eventsig import verify_event
 from workflow.messages import Released
 from workflow.service.embedded_access import accounts_config, permissions
 from workflow.service.lifecycle import Service
@@ -234,3 +237,55 @@ async def test_the_url_is_recorded_once_the_service_answers(tmp_path: Path) -> N
     finally:
         proc.terminate()
         await proc.wait()
+
+
+async def test_an_approver_reads_the_freezes_stream_but_cannot_publish_there(
+    embedded: Service,
+) -> None:
+    """The approver user follows freezes live and reads them from the stream (its state, by
+    sequence, the last change, direct gets), signed by the service; it can neither publish a
+    freeze nor change the stream."""
+    subjects, refusals = embedded.subjects, Refusals()
+    stream, data = subjects.stream("controls"), embedded.settings.data_dir
+    assert embedded.ctx is not None
+    service_key = embedded.ctx.signer.public_key
+    nc = await as_role(embedded, Role.APPROVER, refusals)
+    try:
+        live: asyncio.Queue[Msg] = asyncio.Queue()
+        await nc.subscribe(subjects.controls(">"), cb=live.put)
+        await nc.flush()
+        seed = data / datadir.LOCAL_KEY_FILE
+        async with Approver.connect(name="me", key=seed, prefix=subjects.prefix,
+                                    data_dir=data) as approver:  # fmt: skip
+            await approver.freeze(workspace="prod", reason="incident 7")
+            await approver.thaw(workspace="prod")
+        news = [await asyncio.wait_for(live.get(), 10) for _ in range(2)]
+        assert [m.subject for m in news] == [subjects.controls("freeze"), subjects.controls("thaw")]
+
+        js = nc.jetstream()
+        assert (await js.stream_info(stream)).state.messages == 2
+        first = await js.get_msg(stream, seq=1)
+        last = await js.get_last_msg(stream, subjects.controls(">"))
+        direct = await js.get_last_msg(stream, subjects.controls("thaw"), direct=True)
+        assert (first.subject, last.seq, direct.seq) == (subjects.controls("freeze"), 2, 2)
+        for msg in (first, last, direct):
+            assert msg.subject is not None
+            assert msg.data is not None
+            assert verify_event(service_key, msg.subject, msg.data, msg.headers)
+        assert FreezeChanged.model_validate_json(first.data or b"").workspace == "prod"
+        assert refusals.errors.empty()
+
+        # Read only: no freeze news of its own, no change to the stream, no consumer there.
+        with pytest.raises(nats.errors.TimeoutError):
+            await js.publish(subjects.controls("freeze"), b"{}", timeout=1)
+        assert f'publish to "{subjects.controls("freeze")}"' in await refusals.next()
+        for subject in (
+            subjects.controls("thaw"), f"$JS.API.STREAM.PURGE.{stream}",
+            f"$JS.API.STREAM.MSG.DELETE.{stream}", f"$JS.API.STREAM.UPDATE.{stream}",
+            f"$JS.API.STREAM.DELETE.{stream}", f"$JS.API.CONSUMER.CREATE.{stream}",
+        ):  # fmt: skip
+            await nc.publish(subject, b"{}")
+            assert f'publish to "{subject.lower()}"' in (await refusals.next()).lower()
+        assert (await js.stream_info(stream)).state.messages == 2
+    finally:
+        await nc.close()

@@ -12,8 +12,9 @@ with one nkey user per role:
   (`_INBOX.agent.>`);
 - approver: decisions, `api.pending/get/explain/offered`, the controls (`api.grant.*`,
   `api.freeze(s)`, `api.policy.backtest`), `api.web.invite` (a signed request
-  for a passkey link), its consumer on the inbox stream;
-  it reads its replies (`_INBOX.approver.>`).
+  for a passkey link), its consumer on the inbox stream; it reads the freezes stream
+  (`<prefix>.controls.freeze|thaw`: live, and stored messages by sequence or subject, never
+  publishing there) and its replies (`_INBOX.approver.>`).
 
 The shared agent user can speak as any agent: the service's agent-equals-subject check cannot
 tell one of its clients from another. `headgate agents add NAME` registers an agent with a user
@@ -154,6 +155,7 @@ def permissions(role: Role, subjects: Subjects, registered: tuple[str, ...] = ()
             ),
             deny_publish=denied.deny_publish, deny_subscribe=denied.deny_subscribe,
         )  # fmt: skip
+    controls = subjects.stream("controls")
     return Permissions(
         publish=(
             subjects.decisions("*"),
@@ -165,8 +167,21 @@ def permissions(role: Role, subjects: Subjects, registered: tuple[str, ...] = ()
             "$JS.API.INFO",
             f"$JS.API.CONSUMER.CREATE.{inbox}.>", f"$JS.API.CONSUMER.INFO.{inbox}.>",
             f"$JS.API.CONSUMER.MSG.NEXT.{inbox}.>", f"$JS.ACK.{inbox}.>",
+            # The freezes stream, read only: its state, a message by sequence or the last of a
+            # subject (`next_by_subj` walks it), direct gets. No consumers: a push consumer's
+            # deliver subject is the creator's choice, and nothing here needs one.
+            *_stream_reads(controls),
         ),
-        subscribe=(f"{inbox_prefix_for(Role.APPROVER.value)}.>",),
+        # Freezes put in force and lifted, live (signed by the service).
+        subscribe=(f"{inbox_prefix_for(Role.APPROVER.value)}.>", subjects.controls(">")),
+    )  # fmt: skip
+
+
+def _stream_reads(stream: str) -> tuple[str, ...]:
+    """The JetStream API subjects that read `stream`'s messages and change nothing."""
+    return (
+        f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.STREAM.MSG.GET.{stream}",
+        f"$JS.API.DIRECT.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>",
     )  # fmt: skip
 
 

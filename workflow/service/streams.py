@@ -12,6 +12,7 @@
 | ESCALATED | escalated.>                   | limits 30d | the notifier tells the channels|
 | NOTIFIED  | notified.>                    | limits 30d | every notification delivered   |
 |           |                               |            | or failed, per channel         |
+| CONTROLS  | controls.>                    | limits 30d | freezes, read by approvers     |
 
 Duplicate window 10 minutes everywhere: longer than the longest redelivery backoff, so a stage
 that re-publishes after a crash is always deduplicated by `Nats-Msg-Id`.
@@ -115,8 +116,13 @@ def stream_configs(
             "notified", [subjects.notified(">")], retention=RetentionPolicy.LIMITS, max_age=30 * DAY
         ),
         # Freezes put in force and lifted: news for live inboxes (the database is the record).
+        # Approvers read it (not publish): direct gets answer the last change from any replica.
         cfg(
-            "controls", [subjects.controls(">")], retention=RetentionPolicy.LIMITS, max_age=30 * DAY
+            "controls",
+            [subjects.controls(">")],
+            retention=RetentionPolicy.LIMITS,
+            max_age=30 * DAY,
+            allow_direct=True,
         ),
     ]
 
@@ -165,7 +171,7 @@ async def ensure_streams(
 
 _COMPARED = (
     "subjects", "retention", "storage", "num_replicas", "duplicate_window", "max_age",
-    "max_msgs_per_subject", "discard", "discard_new_per_subject",
+    "max_msgs_per_subject", "discard", "discard_new_per_subject", "allow_direct",
 )  # fmt: skip
 
 
@@ -179,8 +185,17 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
     # Update only when something differs: an update racing the creation of a replicated stream
     # by another replica stalls both requests on a cluster.
     current = info.config
-    if any(getattr(current, f) != getattr(config, f) for f in _COMPARED):
+    if any(_setting(current, f) != _setting(config, f) for f in _COMPARED):
         await js.update_stream(config=config)
+
+
+def _setting(config: StreamConfig, name: str) -> object:
+    """A setting as the server reports it: an unset flag is false."""
+    value = getattr(config, name)
+    return bool(value) if name in _FLAGS else value
+
+
+_FLAGS = frozenset({"discard_new_per_subject", "allow_direct"})
 
 
 async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec, deadline: float = 60.0) -> None:
