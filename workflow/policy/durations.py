@@ -47,3 +47,5 @@ def format_duration(seconds: int) -> str:
 
 #: A positive number of seconds, accepted as an integer or as "1h", "30m", "1h30m", ...
 Duration = Annotated[int, BeforeValidator(parse_duration), Field(ge=1)]
+#: The same, or 0 (a setting whose 0 means "never", as `[retention]`'s ages).
+DurationOrZero = Annotated[int, BeforeValidator(parse_duration), Field(ge=0)]

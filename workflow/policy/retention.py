@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from workflow.policy.durations import Duration
+from workflow.policy.durations import Duration, DurationOrZero
 from workflow.policy.schema import Strict
 
 #: The default age of a decided proposal when it is pruned (seconds).
@@ -31,13 +31,13 @@ DEFAULT_PROPOSALS = 30 * 86400
 class RetentionSpec(Strict):
     """`[retention]`: how long decided proposals and audit records are kept (0: for ever)."""
 
-    proposals: Duration = Field(
+    proposals: DurationOrZero = Field(
         default=DEFAULT_PROPOSALS,
         ge=0,
         description="Decided proposals (request, decisions, outcome, execution reports, events) "
         "are deleted this long after their outcome; 0 keeps them for ever.",
     )
-    audit: Duration = Field(
+    audit: DurationOrZero = Field(
         default=0,
         ge=0,
         description="Audit records older than this are archived to `audit_archive` and deleted "
