@@ -31,31 +31,51 @@ def db_vacuum(
     growing, but it never shrinks by itself. This rebuilds it without its free pages. A
     running service's writes (approvals too) wait until it is done, so run it at a quiet
     moment. On PostgreSQL autovacuum makes deleted rows' space reusable and nothing is done
-    here (`VACUUM FULL` gives it back, locking each table while it is rewritten)."""
+    here (`VACUUM FULL` gives it back, locking each table while it is rewritten); it says
+    whether autovacuum is off on the server or on Headgate's tables, and what to do."""
     import asyncio
 
-    from workflow.store.maintenance import SpaceReport, Vacuumed, space, vacuum
+    from workflow.store.maintenance import (
+        Autovacuum,
+        SpaceReport,
+        Vacuumed,
+        autovacuum,
+        space,
+        vacuum,
+    )
     from workflow.store.repo import Store
 
-    async def run() -> SpaceReport | Vacuumed | None:
+    async def run() -> SpaceReport | Vacuumed | Autovacuum | None:
         store = await Store.open(_db_url(database_url, data_dir))
         try:
+            if store.db.dialect == "postgresql":
+                return await autovacuum(store.db)
             return await (space(store.db) if dry_run else vacuum(store.db))
         finally:
             await store.close()
 
     got = asyncio.run(run())
-    if got is None:
-        message = (
+    if isinstance(got, Autovacuum):
+        problem = got.problem()
+        message = problem or (
             "PostgreSQL: autovacuum makes the space of pruned rows reusable; nothing to do "
             "here (VACUUM FULL gives it back to the file system, locking each table while it "
             "is rewritten)."
         )
         if json_out:
-            print_json({"backend": "postgresql", "vacuumed": False, "message": message})
+            print_json({
+                "backend": "postgresql", "vacuumed": False, "message": message,
+                "autovacuum": {
+                    "ok": got.ok, "server": got.server_on, "track_counts": got.track_counts,
+                    "disabled_tables": list(got.disabled_tables),
+                },
+            })  # fmt: skip
         else:
-            console.print(message, highlight=False)
+            console.print(f"[yellow]warning[/]: {message}" if problem else message,
+                          highlight=False)  # fmt: skip
         return
+    if got is None:
+        raise typer.BadParameter("an in-memory database has nothing to vacuum")
     if isinstance(got, Vacuumed):
         before, after = got.before, got.after
     else:

@@ -48,6 +48,7 @@ from workflow.service.supervisor import Supervisor
 from workflow.service.workers import IntakeWorkers, worker_argv
 from workflow.signing import ServiceKey
 from workflow.store.engine import in_memory_sqlite
+from workflow.store.maintenance import autovacuum
 from workflow.store.repo import Store
 from workflow.subjects import Subjects
 
@@ -266,6 +267,7 @@ class Service:
             )
         ]  # fmt: skip
         if not s.intake_worker:
+            await _warn_autovacuum(store, policy)
             await store.audit.append(
                 [AuditEntry("service.start", "headgate", {"policy_revision": policy.revision})],
                 ctx.now(),
@@ -590,6 +592,21 @@ def _warn_gaps(policy: Policy, path: Path | None) -> None:
     """Log each rule that holds calls no registered approver can release."""
     for gap in approval_gaps(policy):
         log.warning("policy %s: %s", path or "(default)", gap.sentence())
+
+
+async def _warn_autovacuum(store: Store, policy: Policy) -> None:
+    """On PostgreSQL with `[retention]`: say so when autovacuum cannot reach the tables the
+    pruner deletes from (their space would never be reused)."""
+    if not (policy.retention.proposals or policy.retention.audit):
+        return
+    try:
+        found = await autovacuum(store.db)
+    except Exception as exc:  # a catalog the role may not read: say so, start anyway
+        log.warning("retention on PostgreSQL: cannot tell whether autovacuum runs (%s)", exc)
+        return
+    problem = found.problem() if found is not None else None
+    if problem is not None:
+        log.warning("%s", problem)
 
 
 def _port_of(url: str) -> int:

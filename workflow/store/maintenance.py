@@ -12,7 +12,9 @@ What a user sees as the database grows, by backend:
 - PostgreSQL: autovacuum marks the space of deleted rows reusable (the tables stop growing
   the same way); nothing is done here. Giving it back to the file system takes
   `VACUUM FULL`, which locks each table exclusively while it is rewritten: a database
-  administrator's call, outside Headgate.
+  administrator's call, outside Headgate. Without autovacuum (off on the server, or
+  `autovacuum_enabled = false` on a table) the space is never reused: `autovacuum` finds it,
+  for `serve`'s warning at start and `headgate db vacuum`.
 """
 
 from __future__ import annotations
@@ -104,3 +106,90 @@ async def vacuum(db: Database) -> Vacuumed | None:
     after = await space(db)
     assert after is not None
     return Vacuumed(before, after)
+
+
+#: The tables the pruner deletes from (`workflow.store.retention`): their dead rows are what
+#: autovacuum must make reusable.
+PRUNED_TABLES = (
+    "proposals", "requests", "decisions", "escalations", "outcomes", "executions", "outbox",
+    "audit",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Autovacuum:
+    """Whether PostgreSQL's autovacuum reaches the tables the pruner deletes from."""
+
+    #: `autovacuum` and `track_counts` (autovacuum needs both on).
+    server_on: bool
+    track_counts: bool
+    #: Headgate's tables with `autovacuum_enabled = false` in their storage parameters.
+    disabled_tables: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.server_on and self.track_counts and not self.disabled_tables
+
+    def problem(self) -> str | None:
+        """What is wrong and what to do, in a few sentences; None when autovacuum runs."""
+        if self.ok:
+            return None
+        causes = []
+        fixes = []
+        if not self.server_on:
+            causes.append("autovacuum is off on the server (autovacuum = off)")
+            fixes.append(
+                "turn it on: ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf(); "
+                "(or autovacuum = on in postgresql.conf)"
+            )
+        if not self.track_counts:
+            causes.append("track_counts is off, without which autovacuum does nothing")
+            fixes.append("ALTER SYSTEM SET track_counts = on; SELECT pg_reload_conf();")
+        if self.disabled_tables:
+            tables = ", ".join(self.disabled_tables)
+            causes.append(f"autovacuum is disabled on {tables} (autovacuum_enabled = false)")
+            resets = (f"ALTER TABLE {t} RESET (autovacuum_enabled)" for t in self.disabled_tables)
+            fixes.append("; ".join(resets))
+        return (
+            "retention on PostgreSQL: "
+            + " and ".join(causes)
+            + ": the space of the rows the pruner deletes is never reused and the tables keep "
+            "growing. To fix it, "
+            + "; ".join(fixes)
+            + ". Or VACUUM Headgate's tables yourself after pruning, e.g. hourly: vacuumdb "
+            "--dbname=DB " + " ".join(f"--table={t}" for t in PRUNED_TABLES) + "."
+        )
+
+
+async def autovacuum(db: Database) -> Autovacuum | None:
+    """Whether autovacuum reaches Headgate's tables; None on SQLite (it reuses free pages by
+    itself)."""
+    if db.dialect != "postgresql":
+        return None
+
+    def body(conn: Connection) -> Autovacuum:
+        on = conn.exec_driver_sql("SHOW autovacuum").scalar() == "on"
+        counts = conn.exec_driver_sql("SHOW track_counts").scalar() == "on"
+        rows = conn.exec_driver_sql(
+            "SELECT c.relname, c.reloptions FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') "
+            "AND c.reloptions IS NOT NULL"
+        ).all()
+        disabled = tuple(
+            sorted(
+                name for name, options in rows if name in PRUNED_TABLES and _disabled(options or [])
+            )
+        )
+        return Autovacuum(on, counts, disabled)
+
+    return await db.read(body)
+
+
+def _disabled(options: list[str]) -> bool:
+    """`reloptions` say `autovacuum_enabled` is false (PostgreSQL's boolean spellings)."""
+    for option in options:
+        name, _, value = option.partition("=")
+        if name.strip().lower() == "autovacuum_enabled":
+            return value.strip().lower() in {"false", "off", "no", "0", "f", "n", "of"}
+    return False
