@@ -2,28 +2,28 @@
 
 Each pass deletes decided proposals older than `retention.proposals`, published outbox rows
 older than the streams' duplicate window, and (when `retention.audit` is set) the oldest audit
-records, written first to `retention.audit_archive` as JSON Lines. It works in short
-transactions of a bounded number of rows at the writer's background priority (off the event loop
-on SQLite), so approvals and the intake's batches go first and on meanwhile; the service's clock
-decides what is old (a test moves it).
+records, written first to `retention.audit_archive` as JSON Lines, one file per pass. It works
+in short transactions of a bounded number of rows at the writer's background priority (off the
+event loop on SQLite), so approvals and the intake's batches go first and on meanwhile; the
+service's clock decides what is old (a test moves it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from workflow.policy.retention import RetentionSpec
 from workflow.service import allocator
 from workflow.service.context import ServiceContext
 from workflow.service.streams import DUPLICATE_WINDOW
-from workflow.store.archive import archive_file
-from workflow.store.chain import ChainedRecord
+from workflow.store.archive import ArchiveWriter, last_record, unfinished_archive
+from workflow.store.audit import AuditRecord
 from workflow.store.requests import ConcurrentUpdate
+from workflow.store.retention import AuditChainBroken, AuditCut, Retention, check_continues
 
 log = logging.getLogger("headgate.retention")
 
@@ -60,17 +60,8 @@ async def prune_once(ctx: ServiceContext, data_dir: Path) -> Pruned:
         directory = Path(spec.audit_archive)
         if not directory.is_absolute():
             directory = data_dir / directory
-
-        async def archive(rows: Sequence[ChainedRecord]) -> str:
-            return (await asyncio.to_thread(archive_file, directory, rows)).name
-
         try:
-            audit = await _repeat(
-                lambda: store.prune_audit(
-                    now - timedelta(seconds=spec.audit), archive, now, AUDIT_CHUNK
-                ),
-                AUDIT_CHUNK,
-            )
+            audit = await prune_audit(store, directory, now - timedelta(seconds=spec.audit), now)
         except ConcurrentUpdate:
             pass  # another replica pruned the same records first; its archive has them
     if proposals or outbox or audit:
@@ -79,6 +70,86 @@ async def prune_once(ctx: ServiceContext, data_dir: Path) -> Pruned:
             proposals, outbox, audit,
         )  # fmt: skip
     return Pruned(proposals, outbox, audit)
+
+
+async def prune_audit(
+    store: Retention, directory: Path, older_than: datetime, now: datetime, *,
+    chunk: int = AUDIT_CHUNK, most: int = AUDIT_CHUNK * MAX_CHUNKS,
+) -> int:  # fmt: skip
+    """Prune the audit records written before `older_than` — at most `most`, a pass's worth
+    — into ONE archive in `directory`, deleted `chunk` at a time; returns how many.
+
+    The records are read a chunk at a time, each checked to continue the chain and written to
+    the archive as it comes (memory: one chunk); the archive is synced and renamed into place,
+    and only then are the records deleted, a chunk per transaction, each moving the anchor
+    and appending an `audit.pruned` record that names the archive. A pass that stopped
+    before deleting all of its archive (a crash, a failed transaction) leaves an archive that
+    holds records after the anchor: the next pass deletes those, and writes no new archive
+    for them (an archive never overlaps another)."""
+    anchor = await store.audit.anchor()
+    unfinished = await asyncio.to_thread(unfinished_archive, directory, anchor[0])
+    if unfinished is not None:
+        path, through = unfinished
+        cuts = await _read_cuts(store, anchor, None, through - anchor[0], chunk, None)
+        last = await asyncio.to_thread(last_record, path)
+        if not cuts or last is None or (cuts[-1].seq, cuts[-1].hash) != (last.seq, last.hash):
+            raise AuditChainBroken(
+                f"the archive {path} does not hold the stored records {anchor[0] + 1}–{through}"
+            )
+    else:
+        writer = ArchiveWriter(directory)
+        try:
+            cuts = await _read_cuts(store, anchor, older_than, most, chunk, writer)
+            if not cuts:
+                return 0
+            path = await asyncio.to_thread(writer.close)
+        finally:
+            writer.discard()  # nothing once closed
+    pruned = 0
+    for cut in cuts:
+        await store.drop_audit(anchor, cut, path.name, now)
+        anchor = (cut.seq, cut.hash)
+        pruned += cut.records
+    return pruned
+
+
+async def _read_cuts(
+    store: Retention, anchor: tuple[int, str], older_than: datetime | None, most: int,
+    chunk: int, writer: ArchiveWriter | None,
+) -> list[AuditCut]:  # fmt: skip
+    """Read up to `most` records after `anchor` (those before `older_than`) a chunk at a
+    time, check that each chunk continues the chain and hand it to `writer`; returns where
+    each chunk ends."""
+    cuts: list[AuditCut] = []
+    read = 0
+    while read < most:
+        wanted = min(chunk, most - read)
+        rows = await store.prunable_audit(anchor[0], older_than, wanted)
+        if not rows:
+            break
+
+        def check_and_write(
+            rows: list[AuditRecord] = rows, after: tuple[int, str] = anchor
+        ) -> None:
+            check_continues(rows, after)  # hashing a thousand records: off the event loop
+            if writer is not None:
+                writer.add(rows)
+
+        await asyncio.to_thread(check_and_write)
+        last = rows[-1]
+        cuts.append(AuditCut(last.seq, last.hash, len(rows)))
+        anchor, read = (last.seq, last.hash), read + len(rows)
+        if len(rows) < wanted:
+            break
+    return cuts
+
+
+def _check_and_write(
+    rows: list[AuditRecord], after: tuple[int, str], writer: ArchiveWriter | None
+) -> None:
+    check_continues(rows, after)
+    if writer is not None:
+        writer.add(rows)
 
 
 async def _repeat(step: object, chunk: int = CHUNK) -> int:

@@ -1,6 +1,8 @@
 """Audit records as JSON Lines: what `headgate audit export` writes and the pruner archives
 before it deletes, and reading such files back to verify them against the chain's anchor.
 
+The service's pruner writes one archive per pass (`ArchiveWriter`, a chunk at a time);
+earlier versions wrote one per thousand records (`archive_file`): both read the same way.
 One record per line, its stored fields exactly (`seq`, `at`, `kind`, `proposal_id`,
 `request_id`, `actor`, `data` as the stored text, `prev_hash`, `hash`), so the hashes can be
 recomputed from the file alone.
@@ -11,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from collections.abc import AsyncIterable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TextIO
 
 from pydantic import ValidationError
 
@@ -73,6 +77,86 @@ def archive_file(directory: Path, rows: Sequence[ChainedRecord]) -> Path:
     path = directory / f"audit-{rows[0].seq:012d}-{rows[-1].seq:012d}.jsonl"
     write_jsonl(path, rows)
     return path
+
+
+#: An archive's name: the first and last sequence numbers it holds.
+ARCHIVE_NAME = re.compile(r"audit-(\d{12,})-(\d{12,})\.jsonl")
+
+
+class ArchiveWriter:
+    """One archive written a chunk of records at a time (the pruner's pass): a partial file
+    until `close` syncs it and renames it `audit-<first>-<last>.jsonl`, so an archive under
+    that name is always whole. Memory: one chunk's lines."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.first: int | None = None
+        self.last: int | None = None
+        self.records = 0
+        self._partial: Path | None = None
+        self._out: TextIO | None = None
+
+    def add(self, rows: Sequence[ChainedRecord]) -> None:
+        if not rows:
+            return
+        if self._out is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self.first = rows[0].seq
+            self._partial = self.directory / f".audit-{self.first:012d}.{os.getpid()}.partial"
+            self._out = self._partial.open("w", encoding="utf-8")
+        self._out.write("".join(jsonl(row) for row in rows))
+        self.last = rows[-1].seq
+        self.records += len(rows)
+
+    def close(self) -> Path:
+        """Make the archive durable under its name; returns its path."""
+        assert self._out is not None
+        assert self._partial is not None
+        assert self.first is not None
+        assert self.last is not None
+        self._out.flush()
+        os.fsync(self._out.fileno())
+        self._out.close()
+        self._out = None
+        path = self.directory / f"audit-{self.first:012d}-{self.last:012d}.jsonl"
+        self._partial.replace(path)
+        _sync_dir(self.directory)
+        return path
+
+    def discard(self) -> None:
+        """Drop what was written (the pass failed before the archive was whole)."""
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+        if self._partial is not None:
+            self._partial.unlink(missing_ok=True)
+
+
+def unfinished_archive(directory: Path, anchor_seq: int) -> tuple[Path, int] | None:
+    """An archive in `directory` holding records after the anchor (a pass that stopped
+    between writing its archive and deleting all of it): its path and its last sequence
+    number, else None. Of several, the one that reaches furthest."""
+    found: tuple[Path, int] | None = None
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return None
+    for name in names:
+        match = ARCHIVE_NAME.fullmatch(name)
+        if match is None:
+            continue
+        first, last = int(match[1]), int(match[2])
+        if first <= anchor_seq + 1 <= last and (found is None or last > found[1]):
+            found = (directory / name, last)
+    return found
+
+
+def last_record(path: Path) -> AuditRow | None:
+    """The last record of an archive (read through: archives are bounded)."""
+    last = None
+    for last in iter_jsonl(path):  # noqa: B007 - the last one is what is wanted
+        pass
+    return last
 
 
 def read_jsonl(path: Path) -> list[AuditRow]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Connection, Integer, bindparam, delete, select, text, update
@@ -132,43 +133,36 @@ class Retention:
             background=True,
         )
 
-    async def prune_audit(
-        self, older_than: datetime, archive: Archive, now: datetime, limit: int = 5000
-    ) -> int:
-        """Archive and delete the oldest audit records written before `older_than` (up to
-        `limit`), move the anchor to the last of them and append an `audit.pruned` record
-        confirming it; returns how many were pruned.
-
-        The records are verified before they are archived (a broken chain is kept as
-        evidence: `AuditChainBroken`), archived before they are deleted, and deleted only if
-        the anchor is still where it was read (another replica pruning meanwhile:
-        `ConcurrentUpdate`, nothing deleted)."""
-        anchor_seq, anchor_hash = await self.audit.anchor()
-        rows = await self.audit.records(after_seq=anchor_seq, limit=limit)
+    async def prunable_audit(
+        self, after_seq: int, older_than: datetime | None, limit: int
+    ) -> list[AuditRecord]:
+        """The records after `after_seq` (up to `limit`, in order) up to the first written at
+        or after `older_than` (None: all of them)."""
+        rows = await self.audit.records(after_seq=after_seq, limit=limit)
+        if older_than is None:
+            return rows
         cutoff = older_than.isoformat()
-        prefix: list[AuditRecord] = []
-        for row in rows:
+        for n, row in enumerate(rows):
             if row.at >= cutoff:
-                break
-            prefix.append(row)
-        if not prefix:
-            return 0
-        if prefix[0].seq != anchor_seq + 1:
-            raise AuditChainBroken(f"record {anchor_seq + 1} is missing")
-        # Hashing thousands of records: off the event loop.
-        checked = await asyncio.to_thread(verify_chain, prefix, anchor_hash)
-        if not checked.ok:
-            raise AuditChainBroken(checked.problem)
-        where = await archive(prefix)
-        last = prefix[-1]
+                return rows[:n]
+        return rows
+
+    async def drop_audit(
+        self, anchor: tuple[int, str], through: AuditCut, archive: str, now: datetime
+    ) -> None:
+        """Delete the records after `anchor` through `through` (archived in `archive`), move
+        the anchor to `through` and append the `audit.pruned` record confirming it, in one
+        transaction at background priority; `ConcurrentUpdate` (nothing deleted) when the
+        anchor is no longer at `anchor` (another replica pruned meanwhile)."""
+        anchor_seq = anchor[0]
         record = AuditEntry(
             PRUNED_KIND,
             "headgate",
             {
-                "through_seq": last.seq,
-                "through_hash": last.hash,
-                "records": len(prefix),
-                "archive": where,
+                "through_seq": through.seq,
+                "through_hash": through.hash,
+                "records": through.records,
+                "archive": archive,
             },
         )
 
@@ -176,12 +170,54 @@ class Retention:
             moved = conn.execute(
                 update(AUDIT_ANCHOR)
                 .where(AUDIT_ANCHOR.c.id == 1, AUDIT_ANCHOR.c.seq == anchor_seq)
-                .values(seq=last.seq, hash=last.hash, pruned_at=now)
+                .values(seq=through.seq, hash=through.hash, pruned_at=now)
             )
             if moved.rowcount != 1:
                 raise ConcurrentUpdate("audit anchor")
-            conn.execute(delete(AUDIT).where(AUDIT.c.seq > anchor_seq, AUDIT.c.seq <= last.seq))
+            conn.execute(delete(AUDIT).where(AUDIT.c.seq > anchor_seq, AUDIT.c.seq <= through.seq))
             self.audit.append_in(conn, [record], now)
 
         await self.db.transact(body, background=True)
+
+    async def prune_audit(
+        self, older_than: datetime, archive: Archive, now: datetime, limit: int = 5000
+    ) -> int:
+        """Archive and delete the oldest audit records written before `older_than` (up to
+        `limit`), move the anchor to the last of them and append an `audit.pruned` record
+        confirming it; returns how many were pruned. (The service's pruner archives a whole
+        pass in one file: `workflow.service.retention`.)
+
+        The records are verified before they are archived (a broken chain is kept as
+        evidence: `AuditChainBroken`), archived before they are deleted, and deleted only if
+        the anchor is still where it was read (another replica pruning meanwhile:
+        `ConcurrentUpdate`, nothing deleted)."""
+        anchor = await self.audit.anchor()
+        prefix = await self.prunable_audit(anchor[0], older_than, limit)
+        if not prefix:
+            return 0
+        # Hashing thousands of records: off the event loop.
+        await asyncio.to_thread(check_continues, prefix, anchor)
+        where = await archive(prefix)
+        last = prefix[-1]
+        await self.drop_audit(anchor, AuditCut(last.seq, last.hash, len(prefix)), where, now)
         return len(prefix)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditCut:
+    """Where one deletion of a pruning pass ends: through record `seq` (its `hash`), so many
+    `records` after the anchor before it."""
+
+    seq: int
+    hash: str
+    records: int
+
+
+def check_continues(rows: Sequence[ChainedRecord], anchor: tuple[int, str]) -> None:
+    """`rows` continue the chain from `anchor` (the records right after it, unaltered), else
+    `AuditChainBroken`."""
+    if rows[0].seq != anchor[0] + 1:
+        raise AuditChainBroken(f"record {anchor[0] + 1} is missing")
+    checked = verify_chain(rows, anchor[1])
+    if not checked.ok:
+        raise AuditChainBroken(checked.problem)
