@@ -13,11 +13,14 @@ the per-call hook path (`workflow.adapters.litenats`) all find NATS through `res
    instead of the shared agent user's.
 
 A URL and credentials are resolved independently: ``--nats-url`` pointing at the local server
-still picks up the data dir's credentials.
+still picks up the data dir's credentials. Each user of the embedded server reads its replies
+on its own inbox prefix (``_INBOX.<role>``, ``_INBOX.<agent>``): a user name sets it, and so
+does an nkey seed given by hand that is one of the data dir's (or a copy named like one).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Mapping
@@ -151,6 +154,8 @@ def resolve_nats(
     creds_path = _path(creds or env.get("HEADGATE_NATS_CREDS"))
     nkey_path = _path(nkey or env.get("HEADGATE_NATS_NKEY"))
     inbox = inbox_prefix_for(user) if user else None
+    if user is None and nkey_path is not None:
+        inbox = _inbox_of_seed(nkey_path, where, role, agent)
     if user is None and creds_path is None and nkey_path is None:
         local, inbox_name = credentials_file(where, role), role.value
         if role is Role.AGENT and agent is not None and AGENT_NAME.fullmatch(agent):
@@ -164,6 +169,38 @@ def resolve_nats(
         url=url, user=user, password=password, creds=creds_path, nkey=nkey_path,
         inbox_prefix=inbox, origin=origin,
     )  # fmt: skip
+
+
+def _inbox_of_seed(seed: Path, where: Path, role: Role, agent: str | None) -> str | None:
+    """The reply-inbox prefix of the embedded server's user an nkey seed file given by hand
+    (`--nats-nkey`, `HEADGATE_NATS_NKEY`) belongs to: `_INBOX.<role>` for a role's seed,
+    `_INBOX.<name>` for a registered agent's — the only inboxes those users may read.
+
+    Found by the seed itself among the data dir's (`credentials/<role>.nk`,
+    `credentials/agents/<name>.nk`); a copy elsewhere, with no data dir, by the name it was
+    written under (`approver.nk`, or `<agent>.nk` for the agent the client runs as). None
+    when neither says (a server configured by hand: its own inbox rules)."""
+    try:
+        text = seed.read_text().strip()
+    except OSError:
+        return None  # connecting says why the file cannot be read
+    owners = [(credentials_file(where, r), r.value) for r in Role]
+    with contextlib.suppress(OSError):
+        owners += [
+            (path, path.stem)
+            for path in sorted((where / CREDENTIALS_DIR / AGENTS_DIR).glob("*.nk"))
+            if AGENT_NAME.fullmatch(path.stem)
+        ]
+    for path, name in owners:
+        with contextlib.suppress(OSError):
+            if path.read_text().strip() == text:
+                return inbox_prefix_for(name)
+    name = seed.name.removesuffix(".nk")
+    if name in {r.value for r in Role} and name != Role.SERVICE.value:
+        return inbox_prefix_for(name)
+    if role is Role.AGENT and agent is not None and name == agent and AGENT_NAME.fullmatch(name):
+        return inbox_prefix_for(name)
+    return None
 
 
 def refusal_hint(target: NatsTarget) -> str:

@@ -188,3 +188,28 @@ async def test_an_agent_and_an_approver_carry_on_after_the_server_restarts(
             await inbox.aclose()
     finally:
         server.stop()
+
+
+def test_an_nkey_given_by_hand_of_no_known_user_gets_no_inbox_prefix(tmp_path: Path) -> None:
+    """A seed that is none of the data dir's and not named after a role or the agent: the
+    server's own inbox rules apply (nats-py's default `_INBOX`); the service's seed needs none
+    (it reads every inbox)."""
+    seed = tmp_path / "someone.nk"
+    ApproverKey.generate().write(seed)
+    env = {"HEADGATE_NATS_URL": "nats://127.0.0.1:4222", "HEADGATE_NATS_NKEY": str(seed)}
+    for role, agent in ((Role.AGENT, "builder"), (Role.APPROVER, None)):
+        target = resolve_nats(role=role, agent=agent, data_dir=tmp_path / "none", env=env)
+        assert (target.nkey, target.inbox_prefix) == (seed, None)
+    named = tmp_path / "builder.nk"  # an agent's seed copied under its name
+    named.write_text(seed.read_text())
+    env["HEADGATE_NATS_NKEY"] = str(named)
+    target = resolve_nats(role=Role.AGENT, agent="builder", data_dir=tmp_path, env=env)
+    assert target.inbox_prefix == "_INBOX.builder"
+    nowhere = tmp_path / "none"
+    assert (
+        resolve_nats(role=Role.AGENT, agent="other", data_dir=nowhere, env=env).inbox_prefix is None
+    )
+    service = tmp_path / "service.nk"
+    service.write_text(seed.read_text())
+    env["HEADGATE_NATS_NKEY"] = str(service)
+    assert resolve_nats(role=Role.APPROVER, data_dir=nowhere, env=env).inbox_prefix is None

@@ -42,6 +42,7 @@ from workflow.messages import Released
 from workflow.service.embedded_access import accounts_config, agent_permissions, permissions
 from workflow.service.lifecycle import Service
 from workflow.service.settings import Settings
+from workflow.signing import ApproverKey
 from workflow.subjects import Subjects
 
 ALPHA, BETA, OPEN = "alpha", "beta", "gamma"  # two registered agents, one that is not
@@ -528,3 +529,46 @@ def test_the_sdks_results_consumers_are_named_afresh_for_every_create() -> None:
     assert first.name is not None
     assert first.name.startswith(f"{ALPHA}-")
     assert first.as_dict()["filter_subject"] == "hg.*.alpha"
+
+
+@pytest.mark.parametrize("where", ["data dir", "copy"])
+async def test_an_nkey_given_by_hand_gets_its_user_s_inbox_and_makes_requests(
+    embedded: Service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """`HEADGATE_NATS_NKEY` (or `--nats-nkey`) naming a seed of the embedded server — a
+    registered agent's, a role's — gets the reply inbox that user may read, so its requests
+    (API queries, JetStream publishes) are answered: found by the seed in the data dir, or, for
+    a copy with no data dir beside it, by the name it was written under."""
+    data, prefix = embedded.settings.data_dir, embedded.subjects.prefix
+    seeds = {
+        ALPHA: agent_credentials_file(data, ALPHA),
+        "approver": credentials_file(data, Role.APPROVER),
+    }
+    if where == "copy":  # the agent's own directory: no data dir with the other seeds
+        elsewhere = tmp_path / "own"
+        elsewhere.mkdir()
+        for name, seed in list(seeds.items()):
+            seeds[name] = elsewhere / seed.name
+            seeds[name].write_text(seed.read_text())
+        monkeypatch.setenv("HEADGATE_DATA_DIR", str(elsewhere))
+    else:  # another name, found by its content
+        monkeypatch.setenv("HEADGATE_DATA_DIR", str(data))
+    monkeypatch.setenv("HEADGATE_NATS_URL", embedded.url)
+
+    monkeypatch.setenv("HEADGATE_NATS_NKEY", str(seeds[ALPHA]))
+    assert resolve_nats(role=Role.AGENT, agent=ALPHA).inbox_prefix == f"_INBOX.{ALPHA}"
+    assert embedded.ctx is not None
+    service_key = embedded.ctx.signer.public_key
+    async with Headgate.connect(agent=ALPHA, prefix=prefix, service_key=service_key) as hg:
+        ticket = await hg.propose("read_file", {"path": "README.md"})  # a JetStream publish
+        assert isinstance(await ticket.result(timeout=20), Released)
+        again = await hg.ticket(ticket.proposal_id)  # api.get: a request on its inbox
+        assert isinstance(await again.result(timeout=20), Released)
+
+    monkeypatch.setenv("HEADGATE_NATS_NKEY", str(seeds["approver"]))
+    assert resolve_nats(role=Role.APPROVER).inbox_prefix == "_INBOX.approver"
+    async with Approver.connect(
+        name="me", key=ApproverKey.generate(), prefix=prefix, service_key=service_key
+    ) as approver:
+        assert await approver.pending() == []
+        assert (await approver.freezes()).freezes == []
