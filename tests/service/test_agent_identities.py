@@ -23,6 +23,7 @@ from tests.service.helpers import running_service, unique_prefix
 from tests.service.test_embedded_access import Refusals, run_cli
 from tests.service.test_hook_endpoint import READ as HOOK_READ
 from tests.service.test_hook_endpoint import decision_of, post, reason_of
+from tests.support.executable import headgate_executable
 from workflow import agent_identities, datadir
 from workflow.adapters import claude_code, gate
 from workflow.adapters.calls import Action, proposal_base, proposal_id
@@ -423,7 +424,7 @@ async def test_the_http_hooks_take_only_a_registered_agents_own_token(
 async def test_sighup_has_a_running_serve_apply_the_registered_agents(tmp_path: Path) -> None:
     data = tmp_path / ".headgate"
     proc = await asyncio.create_subprocess_exec(
-        "headgate", "serve", "--data-dir", str(data), "--prefix", unique_prefix(),
+        headgate_executable(), "serve", "--data-dir", str(data), "--prefix", unique_prefix(),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert proc.stderr is not None

@@ -15,6 +15,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from tests.service.helpers import unique_prefix
+from tests.support.executable import headgate_executable
 from workflow import datadir
 from workflow.client import Approver, Headgate
 from workflow.client.connection import Role, credentials_file, inbox_prefix_for
@@ -130,7 +131,7 @@ async def test_the_sdks_and_the_cli_work_with_the_written_credentials(
 
 async def run_cli(cwd: Path, *args: str) -> CompletedCli:
     proc = await asyncio.create_subprocess_exec(
-        "headgate", *args, cwd=cwd, stdout=asyncio.subprocess.PIPE,
+        headgate_executable(), *args, cwd=cwd, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 120)
@@ -214,7 +215,7 @@ async def test_the_url_is_recorded_once_the_service_answers(tmp_path: Path) -> N
     after `serve` starts is not refused with "no Headgate service answers"."""
     data = tmp_path / ".headgate"
     proc = await asyncio.create_subprocess_exec(
-        "headgate", "serve", "--data-dir", str(data), "--prefix", "hgurl",
+        headgate_executable(), "serve", "--data-dir", str(data), "--prefix", "hgurl",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
