@@ -23,6 +23,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from workflow.errors import ConfigError
+from workflow.ids import proposal_msg_id
 from workflow.messages import ApprovalDecision, DecisionVerdict
 from workflow.signing import ApproverKey
 from workflow.subjects import Subjects
@@ -216,7 +217,8 @@ class Observer:
         mid = msg.headers.get("Nats-Msg-Id") if msg.headers else None
         if tracker is None or mid is None:
             return
-        tracker.done(mid.removeprefix("relay:"), "relayed", t)
+        # The relay re-sends under `relay:<agent>:<proposal id>`.
+        tracker.done(mid.removeprefix("relay:").partition(":")[2], "relayed", t)
 
 
 class BotApprover:
@@ -303,7 +305,9 @@ async def drive(
         pid = bench_proposal_id(load.tag)
         data = proposal_json(pid, agent, kind, n)
         tracker.sent(pid, kind, perf_counter())
-        fut = await js.publish_async(subject_for(agent), data, headers={"Nats-Msg-Id": pid})
+        # As agents send it (`workflow.ids`): the id carries the agent.
+        msg_id = proposal_msg_id(agent, pid)
+        fut = await js.publish_async(subject_for(agent), data, headers={"Nats-Msg-Id": msg_id})
         fut.add_done_callback(functools.partial(tracker.puback, pid))
 
     while True:
