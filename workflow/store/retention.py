@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Integer, bindparam, delete, select, text, upd
 from workflow.effects import AuditEntry
 from workflow.store import fastpath
 from workflow.store.audit import AuditLog, AuditRecord
-from workflow.store.chain import PRUNED_KIND, ChainedRecord, verify_chain
+from workflow.store.chain import PRUNED_KIND, ChainedRecord, seq_label, verify_chain
 from workflow.store.engine import Database
 from workflow.store.requests import ConcurrentUpdate
 from workflow.store.schema import UTCDateTime
@@ -136,14 +136,25 @@ class Retention:
         self, older_than: datetime, archive: Archive, now: datetime, limit: int = 5000
     ) -> int:
         """Archive and delete the oldest audit records written before `older_than` (up to
-        `limit`), move the anchor to the last of them and append an `audit.pruned` record
-        confirming it; returns how many were pruned.
+        `limit`, chain after chain), move each chain's anchor to the last of its pruned
+        records and append to that chain an `audit.pruned` record confirming it; returns how
+        many were pruned.
 
         The records are verified before they are archived (a broken chain is kept as
         evidence: `AuditChainBroken`), archived before they are deleted, and deleted only if
         the anchor is still where it was read (another replica pruning meanwhile:
         `ConcurrentUpdate`, nothing deleted)."""
-        anchor_seq, anchor_hash = await self.audit.anchor()
+        pruned = 0
+        for chain in await self.audit.chains():
+            if pruned >= limit:
+                break
+            pruned += await self._prune_chain(chain, older_than, archive, now, limit - pruned)
+        return pruned
+
+    async def _prune_chain(
+        self, chain: int, older_than: datetime, archive: Archive, now: datetime, limit: int
+    ) -> int:
+        anchor_seq, anchor_hash = await self.audit.anchor(chain)
         rows = await self.audit.records(after_seq=anchor_seq, limit=limit)
         cutoff = older_than.isoformat()
         prefix: list[AuditRecord] = []
@@ -154,7 +165,7 @@ class Retention:
         if not prefix:
             return 0
         if prefix[0].seq != anchor_seq + 1:
-            raise AuditChainBroken(f"record {anchor_seq + 1} is missing")
+            raise AuditChainBroken(f"record {seq_label(anchor_seq + 1)} is missing")
         # Hashing thousands of records: off the event loop.
         checked = await asyncio.to_thread(verify_chain, prefix, anchor_hash)
         if not checked.ok:
@@ -175,13 +186,13 @@ class Retention:
         def body(conn: Connection) -> None:
             moved = conn.execute(
                 update(AUDIT_ANCHOR)
-                .where(AUDIT_ANCHOR.c.id == 1, AUDIT_ANCHOR.c.seq == anchor_seq)
+                .where(AUDIT_ANCHOR.c.id == chain, AUDIT_ANCHOR.c.seq == anchor_seq)
                 .values(seq=last.seq, hash=last.hash, pruned_at=now)
             )
             if moved.rowcount != 1:
                 raise ConcurrentUpdate("audit anchor")
             conn.execute(delete(AUDIT).where(AUDIT.c.seq > anchor_seq, AUDIT.c.seq <= last.seq))
-            self.audit.append_in(conn, [record], now)
+            self.audit.append_in(conn, [record], now, chain=chain)
 
         await self.db.transact(body, background=True)
         return len(prefix)
