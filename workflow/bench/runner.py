@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import nats
 from nats.aio.client import Client as NATS
 
+from workflow.bench.floor import commit_floor
 from workflow.bench.load import (
     READS_ONLY,
     TAG_PREFIX,
@@ -315,6 +316,11 @@ async def one_round(rig: Rig, config: BenchConfig, reporter: Reporter, n: int) -
             rig, f"round {n} {name}", relay=relay, mix=mix, rate=rate, config=config,
             reporter=reporter,
         )  # fmt: skip
+        if name == "relay_rate" and (rig.database_url or "").startswith("postgresql"):
+            # Beside the relay's latency: one durable commit on the same server, now.
+            reporter.phase(f"round {n} commit_floor", None)
+            out["commit_floor_ms"] = await commit_floor(rig.database_url or "")
+            reporter.done()
     return out
 
 
@@ -338,6 +344,14 @@ def summarize_rounds(rounds: list[dict[str, Any]], rig_usage: Usage) -> dict[str
     read_p50 = read_lat.get("p50") if read_lat else None
     tp_ratio = ratio(read_tp, relay_tp)
     p50_ratio = ratio(read_p50, relay_p50)
+    # PostgreSQL: the read p50 against the relay's plus one durable commit's (its floor).
+    floor = median_summary([r.get("commit_floor_ms") for r in rounds])
+    floor_p50 = floor.get("p50") if floor else None
+    floor_ratio = (
+        ratio(read_p50, relay_p50 + floor_p50)
+        if relay_p50 is not None and floor_p50 is not None
+        else None
+    )
     # At the mix's maximum: an approval against the reads of the same phase (median of the
     # rounds' own ratios).
     approved_ratio = median_of(
@@ -358,6 +372,7 @@ def summarize_rounds(rounds: list[dict[str, Any]], rig_usage: Usage) -> dict[str
             "cpu_s_per_1000": med("relay_max", "cpu_s_per_1000"),
             "nats_cpu_s_per_1000": med("relay_max", "nats_cpu_s_per_1000"),
             "peak_rss_mb": max((r["relay_max"]["peak_rss_mb"] or 0) for r in rounds) or None,
+            "commit_floor_ms": floor,
         },
         "headgate": {
             "read_throughput": read_tp,
@@ -383,6 +398,7 @@ def summarize_rounds(rounds: list[dict[str, Any]], rig_usage: Usage) -> dict[str
             "read_throughput": tp_ratio,
             "mix_throughput": ratio(mix_tp, relay_tp),
             "read_p50": p50_ratio,
+            "read_p50_to_relay_p50_plus_commit": floor_ratio,
             "approved_p50_to_read_p50_at_mix_max": approved_ratio,
             "read_p99": ratio(
                 read_lat.get("p99") if read_lat else None,

@@ -212,6 +212,8 @@ def _print_summary(result: dict[str, Any]) -> None:
     console.print(tp)
     lat = Table("latency (ms)", "p50", "p90", "p99", "max", "from → to")
     _lat_row(lat, "bare JetStream relay", relay["latency_ms"], "publish → relayed")
+    if relay.get("commit_floor_ms"):
+        _lat_row(lat, "one durable commit", relay["commit_floor_ms"], "BEGIN → COMMIT (1 row)")
     _lat_row(lat, "Headgate read", hg["read_latency_ms"], "publish → released")
     _lat_row(lat, "Headgate approved", hg["approved_latency_ms"], "decision sent → released")
     _lat_row(lat, "Headgate held", hg["held_latency_ms"], "publish → inbox item")
@@ -224,6 +226,11 @@ def _print_summary(result: dict[str, Any]) -> None:
         f"[bold]{_fmt(ratios['read_throughput'])}[/] (target ≥ 0.5: "
         f"{_ok(targets['read_throughput_at_least_half_of_relay'])})"
     )
+    if ratios.get("read_p50_to_relay_p50_plus_commit") is not None:
+        console.print(
+            "read p50 × (relay p50 + one durable commit's p50): "
+            f"[bold]{_fmt(ratios['read_p50_to_relay_p50_plus_commit'])}[/]"
+        )
     at_max = hg.get("approved_latency_ms_at_mix_max") or {}
     console.print(
         f"at the mix's maximum: approved p50 {_fmt(at_max.get('p50'), ' ms')} = "

@@ -262,7 +262,7 @@ def audit_verify(
     import asyncio
 
     from workflow.store.archive import iter_jsonl
-    from workflow.store.chain import ChainCheck, verify_archive
+    from workflow.store.chain import ChainCheck, seq_label, verify_archive
     from workflow.store.repo import Store
 
     # Read as they are checked, a record at a time: archives of any size.
@@ -272,10 +272,10 @@ def audit_verify(
         store = await Store.open(_db_url(database_url, data_dir))
         try:
             stored = await store.audit.verify()
-            anchor = await store.audit.anchor()
+            anchors = await store.audit.anchors()
         finally:
             await store.close()
-        return stored, verify_archive(archived, anchor) if archive else None
+        return stored, verify_archive(archived, anchors) if archive else None
 
     result, archived_result = asyncio.run(run())
     ok = result.ok and (archived_result is None or archived_result.ok)
@@ -303,7 +303,7 @@ def audit_verify(
             console.print(f"[green]audit chain intact[/]: {result.checked} records verified{start}")
         else:
             console.print(
-                f"[red]audit chain broken[/] at record {result.first_bad_seq}: "
+                f"[red]audit chain broken[/] at record {seq_label(result.first_bad_seq or 0)}: "
                 f"{result.problem} ({result.checked} records before it verified)"
             )
         if archived_result is not None and archived_result.ok:
@@ -312,10 +312,8 @@ def audit_verify(
                 "up to the anchor"
             )
         elif archived_result is not None:
-            console.print(
-                f"[red]archive broken[/] at record {archived_result.first_bad_seq}: "
-                f"{archived_result.problem}"
-            )
+            bad = seq_label(archived_result.first_bad_seq or 0)
+            console.print(f"[red]archive broken[/] at record {bad}: {archived_result.problem}")
     if not ok:
         raise typer.Exit(1)
 
@@ -373,19 +371,28 @@ def audit_tail(
     """Show the newest audit records, readably (or as JSON Lines)."""
     import asyncio
 
+    from workflow.store.chain import CHAIN_SPAN, chain_base, chain_of
     from workflow.store.repo import Store
 
     async def run() -> None:
         store = await Store.open(_db_url(database_url, data_dir))
         try:
+            # Each chain followed from its head (PostgreSQL keeps several: `store.audit`).
+            last = await store.audit.heads()
             rows = await store.audit.last(lines)  # the newest rows alone, not the table
-            last = rows[-1].seq if rows else 0
+            for row in rows:
+                chain = chain_of(row.seq)
+                last[chain] = max(last.get(chain, 0), row.seq)
             _print_audit(rows, json_out)
             while follow:
                 await asyncio.sleep(1.0)
-                async for new in store.audit.batches(after_seq=last, batch=1000):
-                    _print_audit(new, json_out)
-                    last = new[-1].seq
+                for chain, after in list(last.items()):
+                    through = chain_base(chain) + CHAIN_SPAN
+                    async for new in store.audit.batches(
+                        after_seq=after, through_seq=through, batch=1000
+                    ):
+                        _print_audit(new, json_out)
+                        last[chain] = new[-1].seq
         finally:
             await store.close()
 
@@ -397,6 +404,7 @@ def audit_tail(
 
 def _print_audit(rows: list[Any], json_out: bool) -> None:
     from workflow.masking import mask_text, masked_audit_data
+    from workflow.store.chain import seq_label
 
     for r in rows:
         data = masked_audit_data(json.loads(r.data))
@@ -410,7 +418,7 @@ def _print_audit(rows: list[Any], json_out: bool) -> None:
                 f"{data['proposal']['tool']}: {c['risk_class']} ({c['severity']}) → {v['decision']}"
             )
         console.print(
-            f"{r.seq:>6} {r.at[:19]} {r.kind:<18} {r.actor:<16} "
+            f"{seq_label(r.seq):>6} {r.at[:19]} {r.kind:<18} {r.actor:<16} "
             f"{r.proposal_id or r.request_id or '':<28} {mask_text(what)}",
             highlight=False,
             markup=False,

@@ -22,6 +22,7 @@ from workflow.service.context import ServiceContext
 from workflow.service.streams import DUPLICATE_WINDOW
 from workflow.store.archive import ArchiveWriter, last_record, unfinished_archive
 from workflow.store.audit import AuditRecord
+from workflow.store.chain import seq_label
 from workflow.store.requests import ConcurrentUpdate
 from workflow.store.retention import AuditChainBroken, AuditCut, Retention, check_continues
 
@@ -77,16 +78,31 @@ async def prune_audit(
     chunk: int = AUDIT_CHUNK, most: int = AUDIT_CHUNK * MAX_CHUNKS,
 ) -> int:  # fmt: skip
     """Prune the audit records written before `older_than` — at most `most`, a pass's worth
-    — into ONE archive in `directory`, deleted `chunk` at a time; returns how many.
+    — chain after chain (one on SQLite), into ONE archive per chain in `directory`, deleted
+    `chunk` at a time; returns how many.
 
     The records are read a chunk at a time, each checked to continue the chain and written to
     the archive as it comes (memory: one chunk); the archive is synced and renamed into place,
-    and only then are the records deleted, a chunk per transaction, each moving the anchor
-    and appending an `audit.pruned` record that names the archive. A pass that stopped
+    and only then are the records deleted, a chunk per transaction, each moving the chain's
+    anchor and appending an `audit.pruned` record that names the archive. A pass that stopped
     before deleting all of its archive (a crash, a failed transaction) leaves an archive that
     holds records after the anchor: the next pass deletes those, and writes no new archive
-    for them (an archive never overlaps another)."""
-    anchor = await store.audit.anchor()
+    for them (an archive never overlaps another; the chains' sequence numbers are disjoint)."""
+    pruned = 0
+    for chain in await store.audit.chains():
+        if pruned >= most:
+            break
+        pruned += await _prune_chain(
+            store, chain, directory, older_than, now, chunk=chunk, most=most - pruned
+        )
+    return pruned
+
+
+async def _prune_chain(
+    store: Retention, chain: int, directory: Path, older_than: datetime, now: datetime, *,
+    chunk: int, most: int,
+) -> int:  # fmt: skip
+    anchor = await store.audit.anchor(chain)
     unfinished = await asyncio.to_thread(unfinished_archive, directory, anchor[0])
     if unfinished is not None:
         path, through = unfinished
@@ -94,7 +110,8 @@ async def prune_audit(
         last = await asyncio.to_thread(last_record, path)
         if not cuts or last is None or (cuts[-1].seq, cuts[-1].hash) != (last.seq, last.hash):
             raise AuditChainBroken(
-                f"the archive {path} does not hold the stored records {anchor[0] + 1}–{through}"
+                f"the archive {path} does not hold the stored records "
+                f"{seq_label(anchor[0] + 1)}–{seq_label(through)}"
             )
     else:
         writer = ArchiveWriter(directory)
@@ -107,7 +124,7 @@ async def prune_audit(
             writer.discard()  # nothing once closed
     pruned = 0
     for cut in cuts:
-        await store.drop_audit(anchor, cut, path.name, now)
+        await store.drop_audit(anchor, cut, path.name, now, chain)
         anchor = (cut.seq, cut.hash)
         pruned += cut.records
     return pruned
@@ -142,14 +159,6 @@ async def _read_cuts(
         if len(rows) < wanted:
             break
     return cuts
-
-
-def _check_and_write(
-    rows: list[AuditRecord], after: tuple[int, str], writer: ArchiveWriter | None
-) -> None:
-    check_continues(rows, after)
-    if writer is not None:
-        writer.add(rows)
 
 
 async def _repeat(step: object, chunk: int = CHUNK) -> int:

@@ -1,28 +1,42 @@
-"""The audit log: append-only, hash-chained records (the chain itself is `store.chain`)."""
+"""The audit log: append-only, hash-chained records (the chain itself is `store.chain`).
+
+SQLite (one writer at a time) keeps one chain. PostgreSQL keeps `PG_CHAINS` of them, one head
+row each in `audit_head` (the registry of chains, created by the migrations): a transaction
+appends to the first chain whose head no other transaction holds, so concurrent writers never
+wait for each other's commit on the head (with one chain every intake batch, collector batch
+and sweep of every process and replica ran one at a time, each holding the head until its
+COMMIT had flushed the WAL). Each chain is verified as a single chain is — every record's hash,
+its head, its anchor — and a chain whose head row is gone is reported."""
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, bindparam, select, text, update
 
 from workflow.effects import AuditEntry
 from workflow.messages import canonical_json
 from workflow.store import fastpath, schema
 from workflow.store.chain import (
+    CHAIN_SPAN,
     GENESIS,
+    PG_CHAINS,
     PRUNED_KIND,
     RECORD_FIELDS,
     ChainCheck,
+    chain_base,
     chain_hash,
+    chain_of,
     pruned_anchor,
+    seq_label,
     verify_chain,
 )
 from workflow.store.engine import Database
-from workflow.store.pgpath import Head, Insert
+from workflow.store.pgpath import HEAD_FREE, Head, Insert
 from workflow.store.tables import AUDIT, AUDIT_ANCHOR, AUDIT_HEAD
 
 #: The length of the `actor` column.
@@ -43,13 +57,16 @@ class AuditRecord(NamedTuple):
     hash: str
 
 
+_HEAD_FREE = text(HEAD_FREE)
 _HEAD_FOR_UPDATE = (
-    select(AUDIT_HEAD.c.seq, AUDIT_HEAD.c.hash).where(AUDIT_HEAD.c.id == 1).with_for_update()
+    select(AUDIT_HEAD.c.id, AUDIT_HEAD.c.seq, AUDIT_HEAD.c.hash)
+    .where(AUDIT_HEAD.c.id == bindparam("chain"))
+    .with_for_update()
 )
-_MOVE_HEAD = update(AUDIT_HEAD).where(AUDIT_HEAD.c.id == 1)
+_MOVE_HEAD = update(AUDIT_HEAD).where(AUDIT_HEAD.c.id == bindparam("chain"))
 _RECORDS = (
     select(*(AUDIT.c[name] for name in RECORD_FIELDS))
-    .where(AUDIT.c.seq > bindparam("after"))
+    .where(AUDIT.c.seq > bindparam("after"), AUDIT.c.seq <= bindparam("upto"))
     .order_by(AUDIT.c.seq)
     .limit(bindparam("n"))
 )
@@ -66,11 +83,13 @@ class AuditLog:
         now: datetime,
         also: Sequence[Insert] = (),
         head: Head | None = None,
+        chain: int | None = None,
     ) -> None:
-        """Append `entries` inside the caller's transaction, chained after the head; insert
+        """Append `entries` inside the caller's transaction, chained after a head; insert
         the rows of `also` with them (on PostgreSQL all in one statement with the head's
         move: one round trip). `head`: the head as the caller's transaction already locked
-        it (PostgreSQL, `pgpath.PgStatements`)."""
+        it (PostgreSQL, `pgpath.PgStatements`); `chain`: append to that chain (the pruner's
+        record confirming its anchor), else to the first chain no other transaction holds."""
         pg = self.db.pg_inserts
         if not entries:
             if pg is not None:
@@ -79,13 +98,9 @@ class AuditLog:
                 for insert in also:
                     self.db.insert_rows(conn, insert.table, insert.rows, ignore=insert.ignore)
             return
-        if head is not None:
-            seq, prev = head
-        elif self.db.fast:  # the write lock already serialises appends
-            seq, prev = fastpath.audit_head(conn)
-        else:  # replicas append concurrently: lock the head row
-            locked = conn.execute(_HEAD_FOR_UPDATE).one()
-            seq, prev = int(locked[0]), str(locked[1])
+        if head is None or (chain is not None and head.chain != chain):
+            head = self._lock_head(conn, chain)
+        _, seq, prev = head
         at = now.isoformat()
         rows = []
         for entry in entries:
@@ -111,7 +126,7 @@ class AuditLog:
             )
             prev = digest
         if pg is not None:
-            pg.run(conn, [*also, Insert(AUDIT, rows)], head=(seq, prev))
+            pg.run(conn, [*also, Insert(AUDIT, rows)], head=Head(head.chain, seq, prev))
             return
         for insert in also:
             self.db.insert_rows(conn, insert.table, insert.rows, ignore=insert.ignore)
@@ -119,13 +134,31 @@ class AuditLog:
         if self.db.fast:
             fastpath.move_audit_head(conn, seq, prev)
         else:
-            conn.execute(_MOVE_HEAD, {"seq": seq, "hash": prev})
+            conn.execute(_MOVE_HEAD, {"chain": head.chain, "seq": seq, "hash": prev})
+
+    def _lock_head(self, conn: Connection, chain: int | None) -> Head:
+        """Lock a chain's head in the caller's transaction: `chain`'s, else the first one no
+        other transaction holds, else (all held) wait for one."""
+        if self.db.fast:  # SQLite: one chain; the write lock already serialises appends
+            seq, prev = fastpath.audit_head(conn)
+            return Head(1, seq, prev)
+        if chain is None:
+            free = conn.execute(_HEAD_FREE).first()
+            if free is not None:
+                return Head(int(free[0]), int(free[1]), str(free[2]))
+            chain = 1
+        locked = conn.execute(_HEAD_FOR_UPDATE, {"chain": chain}).one()
+        return Head(int(locked[0]), int(locked[1]), str(locked[2]))
 
     async def append(self, entries: Sequence[AuditEntry], now: datetime) -> None:
         await self.db.transact(lambda conn: self.append_in(conn, entries, now))
 
-    async def rows(self, *, after_seq: int = 0, limit: int | None = None) -> list[schema.AuditRow]:
+    async def rows(
+        self, *, after_seq: int = 0, limit: int | None = None, through_seq: int | None = None
+    ) -> list[schema.AuditRow]:
         query = select(AUDIT).where(AUDIT.c.seq > after_seq).order_by(AUDIT.c.seq)
+        if through_seq is not None:
+            query = query.where(AUDIT.c.seq <= through_seq)
         if limit is not None:
             query = query.limit(limit)
         async with self.db.engine.connect() as conn:
@@ -135,11 +168,13 @@ class AuditLog:
         return [schema.AuditRow.model_construct(**r._mapping) for r in rows]
 
     async def records(self, *, after_seq: int, limit: int) -> list[AuditRecord]:
-        """Up to `limit` records after `after_seq` in order, as plain tuples (the pruner
-        reads thousands a second: a row model each cost it more than verifying the chain)."""
+        """Up to `limit` records of `after_seq`'s chain after it, in order, as plain tuples
+        (the pruner reads thousands a second: a row model each cost it more than verifying
+        the chain)."""
+        upto = chain_base(chain_of(after_seq + 1)) + CHAIN_SPAN
 
         def body(conn: Connection) -> list[AuditRecord]:
-            found = conn.execute(_RECORDS, {"after": after_seq, "n": limit})
+            found = conn.execute(_RECORDS, {"after": after_seq, "upto": upto, "n": limit})
             return [AuditRecord(*row) for row in found]
 
         return await self.db.read(body, background=True)
@@ -153,45 +188,116 @@ class AuditLog:
         after = after_seq
         while through_seq is None or after < through_seq:
             limit = batch if through_seq is None else min(batch, through_seq - after)
-            rows = await self.rows(after_seq=after, limit=limit)
+            rows = await self.rows(after_seq=after, limit=limit, through_seq=through_seq)
             if not rows:
                 return
             yield rows
             after = rows[-1].seq
 
     async def last(self, count: int) -> list[schema.AuditRow]:
-        """The newest `count` records, oldest first (read backwards along the key: the
-        newest rows alone, however long the chain is)."""
-        query = select(AUDIT).order_by(AUDIT.c.seq.desc()).limit(count)
+        """The newest `count` records, oldest first (each chain read backwards along the key:
+        the newest rows alone, however long the chains are; merged by time)."""
+        chains: list[list[schema.AuditRow]] = []
         async with self.db.engine.connect() as conn:
-            rows = (await conn.execute(query)).all()
-        return [schema.AuditRow.model_construct(**r._mapping) for r in reversed(rows)]
+            for chain in await self._chain_ids(conn):
+                base = chain_base(chain)
+                query = (
+                    select(AUDIT)
+                    .where(AUDIT.c.seq > base, AUDIT.c.seq <= base + CHAIN_SPAN)
+                    .order_by(AUDIT.c.seq.desc())
+                    .limit(count)
+                )
+                rows = (await conn.execute(query)).all()
+                chains.append(
+                    [schema.AuditRow.model_construct(**r._mapping) for r in reversed(rows)]
+                )
+        # Each chain in its own order, the chains interleaved by time.
+        return list(heapq.merge(*chains, key=lambda r: r.at))[-count:]
 
-    async def anchor(self) -> tuple[int, str]:
-        """Where the stored chain starts: the last pruned record's sequence number and hash
-        (0 and the genesis hash when nothing was pruned)."""
+    async def heads(self) -> dict[int, int]:
+        """Every chain's last sequence number, by chain."""
         async with self.db.engine.connect() as conn:
-            row = (await conn.execute(select(AUDIT_ANCHOR.c.seq, AUDIT_ANCHOR.c.hash))).first()
-        return (int(row.seq), str(row.hash)) if row is not None else (0, GENESIS)
+            found = await conn.execute(select(AUDIT_HEAD.c.id, AUDIT_HEAD.c.seq))
+            return {int(row[0]): int(row[1]) for row in found}
+
+    async def chains(self) -> list[int]:
+        """The chains in the registry (their head rows), in order."""
+        async with self.db.engine.connect() as conn:
+            return await self._chain_ids(conn)
+
+    @staticmethod
+    async def _chain_ids(conn: Any) -> list[int]:
+        found = await conn.execute(select(AUDIT_HEAD.c.id).order_by(AUDIT_HEAD.c.id))
+        return [int(row[0]) for row in found]
+
+    def expected_chains(self) -> int:
+        """How many chains the registry must hold: one on SQLite, `PG_CHAINS` on PostgreSQL."""
+        return PG_CHAINS if self.db.dialect == "postgresql" else 1
+
+    async def anchor(self, chain: int = 1) -> tuple[int, str]:
+        """Where chain `chain` starts: its last pruned record's sequence number and hash (the
+        chain's base and the genesis hash when nothing was pruned)."""
+        async with self.db.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(AUDIT_ANCHOR.c.seq, AUDIT_ANCHOR.c.hash).where(
+                        AUDIT_ANCHOR.c.id == chain
+                    )
+                )
+            ).first()
+        return (int(row.seq), str(row.hash)) if row is not None else (chain_base(chain), GENESIS)
+
+    async def anchors(self) -> dict[int, tuple[int, str]]:
+        """Every chain's anchor (`anchor`), by chain."""
+        return {chain: await self.anchor(chain) for chain in await self.chains()}
 
     async def verify(self, batch: int = 1000) -> ChainCheck:
-        """Check the whole stored chain in batches, from its anchor: that the head row matches
-        its end and, once records were pruned, that an `audit.pruned` record in the chain
-        confirms the anchor (records removed from the start are detected, not mistaken for a
+        """Check every chain in the registry, each as `verify_one` does, and that none of the
+        chains the store keeps is missing from it (a chain deleted with its head row)."""
+        chains = await self.chains()
+        missing = sorted(set(range(1, self.expected_chains() + 1)) - set(chains))
+        if missing:
+            return ChainCheck(
+                False,
+                0,
+                chain_base(missing[0]) + 1,
+                f"audit chain {missing[0]} is missing (its head row was removed).",
+            )
+        checked, first_anchor = 0, 0
+        for chain in chains:
+            result = await self.verify_one(chain, batch)
+            checked += result.checked
+            if chain == 1:
+                first_anchor = result.anchor_seq
+            if not result.ok:
+                return ChainCheck(
+                    False, checked, result.first_bad_seq, result.problem, result.anchor_seq
+                )
+        return ChainCheck(True, checked, anchor_seq=first_anchor)
+
+    async def verify_one(self, chain: int = 1, batch: int = 1000) -> ChainCheck:
+        """Check one chain in batches, from its anchor: that the head row matches its end
+        and, once records were pruned, that an `audit.pruned` record in the chain confirms
+        the anchor (records removed from the start are detected, not mistaken for a
         pruning)."""
-        anchor_seq, anchor_hash = await self.anchor()
+        base = chain_base(chain)
+        anchor_seq, anchor_hash = await self.anchor(chain)
         checked, prev, after = 0, anchor_hash, anchor_seq
-        confirmed = anchor_seq == 0 and anchor_hash == GENESIS
+        confirmed = anchor_seq == base and anchor_hash == GENESIS
 
         def fail(result: ChainCheck) -> ChainCheck:
             return ChainCheck(
                 False, result.checked, result.first_bad_seq, result.problem, anchor_seq
             )
 
-        async for rows in self.batches(after_seq=anchor_seq, batch=batch):
+        async for rows in self.batches(
+            after_seq=anchor_seq, through_seq=base + CHAIN_SPAN, batch=batch
+        ):
             if rows[0].seq != after + 1:
                 return fail(
-                    ChainCheck(False, checked, after + 1, f"record {after + 1} is missing.")
+                    ChainCheck(
+                        False, checked, after + 1, f"record {seq_label(after + 1)} is missing."
+                    )
                 )
             result = verify_chain(rows, start_hash=prev)
             if not result.ok:
@@ -207,15 +313,15 @@ class AuditLog:
             checked += result.checked
             prev, after = rows[-1].hash, rows[-1].seq
         async with self.db.engine.connect() as conn:
-            head = (await conn.execute(select(AUDIT_HEAD).where(AUDIT_HEAD.c.id == 1))).one()
+            head = (await conn.execute(select(AUDIT_HEAD).where(AUDIT_HEAD.c.id == chain))).one()
         if int(head.seq) != after or head.hash != prev:
             return fail(
                 ChainCheck(
                     False,
                     checked,
                     after + 1,
-                    f"the chain ends at record {after} but the head says {head.seq}: records "
-                    "were removed from the end.",
+                    f"the chain ends at record {seq_label(after)} but the head says "
+                    f"{seq_label(int(head.seq))}: records were removed from the end.",
                 )
             )
         if not confirmed:
@@ -224,8 +330,9 @@ class AuditLog:
                     False,
                     checked,
                     anchor_seq + 1,
-                    f"the chain starts after record {anchor_seq}, but no {PRUNED_KIND} record "
-                    "in it confirms that anchor: records were removed from its start.",
+                    f"the chain starts after record {seq_label(anchor_seq)}, but no "
+                    f"{PRUNED_KIND} record in it confirms that anchor: records were removed "
+                    "from its start.",
                 )
             )
         return ChainCheck(True, checked, anchor_seq=anchor_seq)

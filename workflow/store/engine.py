@@ -3,7 +3,8 @@ transactions and reads are run (the aggregates of `workflow.store` build on it).
 
 Writes that belong together (a state change, the events that report it and its audit records)
 happen in one transaction. SQLite has one writer at a time, so in-process writes queue on a lock
-instead of meeting `database is locked`; PostgreSQL serialises audit appends on the chain head row.
+instead of meeting `database is locked`; on PostgreSQL concurrent transactions append their audit
+records to different chains (`workflow.store.audit`) and do not wait for each other.
 """
 
 from __future__ import annotations
@@ -164,9 +165,9 @@ class Database:
             if self._sync_writer is not None and self._write_lock is not None
             else None
         )
-        #: PostgreSQL: this process's write transactions queue here, urgent ones first (the
-        #: chain head row serialises them in the server anyway; here an approval step does
-        #: not wait behind the intake batches queued before it). SQLite: the write lock's own.
+        #: PostgreSQL: this process's write transactions queue here, urgent ones first (an
+        #: approval step does not wait behind the intake batches queued before it; other
+        #: processes append to other audit chains). SQLite: the write lock's own.
         self.gate = self._write_lock.local if self._write_lock is not None else PriorityLock()
         #: PostgreSQL: a transaction's inserts in one statement (see `pgpath`); None on SQLite.
         self.pg_inserts = PgInserts() if self.dialect == "postgresql" else None

@@ -105,7 +105,28 @@ def _v7(conn: Connection) -> None:
     conn.execute(text("CREATE INDEX IF NOT EXISTS ix_outcomes_at ON outcomes (at)"))
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
+def _v8(conn: Connection) -> None:
+    # PostgreSQL: several audit chains (`store.audit`): 64-bit sequence numbers (chain `c`
+    # numbers from `chain_base(c)`), and a head and an anchor row per chain. The records
+    # already stored are chain 1's and verify as before. SQLite keeps one chain.
+    if conn.dialect.name != "postgresql":
+        return
+    from workflow.store.chain import GENESIS, PG_CHAINS, chain_base
+
+    for table in ("audit", "audit_head", "audit_anchor"):
+        conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN seq TYPE BIGINT"))
+    for chain in range(2, PG_CHAINS + 1):
+        for table in ("audit_head", "audit_anchor"):
+            conn.execute(
+                text(
+                    f"INSERT INTO {table} (id, seq, hash) VALUES (:id, :seq, :hash) "
+                    "ON CONFLICT (id) DO NOTHING"
+                ),
+                {"id": chain, "seq": chain_base(chain), "hash": GENESIS},
+            )
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
 
 
 async def migrate(engine: AsyncEngine) -> int:

@@ -56,10 +56,8 @@ class PgInserts:
     def __init__(self) -> None:
         self._statements: dict[tuple[Any, ...], TextClause] = {}
 
-    def run(
-        self, conn: Connection, inserts: Sequence[Insert], head: tuple[int, str] | None = None
-    ) -> None:
-        """Insert every table's rows and, with `head`, move the audit chain's head row to
+    def run(self, conn: Connection, inserts: Sequence[Insert], head: Head | None = None) -> None:
+        """Insert every table's rows and, with `head`, move that audit chain's head row to
         (seq, hash), in one statement."""
         present = [i for i in inserts if i.rows]
         if not present and head is None:
@@ -76,7 +74,7 @@ class PgInserts:
             for k in range(len(insert.rows[0]._fields)):
                 params[f"t{n}_{k}"] = [_value(row[k]) for row in insert.rows]
         if head is not None:
-            params["head_seq"], params["head_hash"] = head
+            params["head_chain"], params["head_seq"], params["head_hash"] = head
         conn.execute(statement, params)
 
     @staticmethod
@@ -95,7 +93,7 @@ class PgInserts:
                 sql += f" ON CONFLICT ({', '.join(insert.ignore)}) DO NOTHING"
             clauses.append(f"t{n} AS ({sql})")
         main = (
-            "UPDATE audit_head SET seq = :head_seq, hash = :head_hash WHERE id = 1"
+            "UPDATE audit_head SET seq = :head_seq, hash = :head_hash WHERE id = :head_chain"
             if head
             else "SELECT 1"
         )
@@ -107,27 +105,34 @@ class PgInserts:
 
 
 class Head(NamedTuple):
-    """The audit chain's head as a statement locked it (`FOR UPDATE`): the appends of the
-    transaction chain after it."""
+    """The head of one of the audit chains as a statement locked it (`FOR UPDATE`): the
+    appends of the transaction chain after it."""
 
+    chain: int
     seq: int
     hash: str
 
 
-_HEAD_CTE = "head AS (SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE)"
-_HEAD_ROW = "SELECT 9, CAST(seq AS VARCHAR), hash FROM head"
+#: The first audit chain whose head no other transaction holds (`SKIP LOCKED`): concurrent
+#: writers (intake processes, the collector, replicas) append to different chains instead of
+#: waiting for each other's commit. No row when all are held (the caller then waits for one).
+HEAD_FREE = "SELECT id, seq, hash FROM audit_head ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
+_HEAD_CTE = f"head AS ({HEAD_FREE})"
+_HEAD_ROW = "SELECT 9, CAST(id AS VARCHAR) || ':' || CAST(seq AS VARCHAR), hash FROM head"
 
 
 class ProposalsInserted(NamedTuple):
     new: set[str]
     existing_digests: dict[str, str]
-    head: Head
+    #: None: every chain's head was held by another transaction.
+    head: Head | None
 
 
 class StepsApplied(NamedTuple):
     new_nonces: set[str]
     moved_requests: set[str]
-    head: Head
+    #: None: every chain's head was held by another transaction.
+    head: Head | None
 
 
 def _unnest(prefix: str, table: Table, columns: Sequence[str]) -> str:
@@ -141,7 +146,8 @@ def _arrays(prefix: str, rows: Sequence[Sequence[Any]], width: int) -> dict[str,
 
 
 def _head(row: Any) -> Head:
-    return Head(int(row[1]), str(row[2]))
+    chain, seq = str(row[1]).split(":")
+    return Head(int(chain), int(seq), str(row[2]))
 
 
 class PgStatements:
@@ -181,7 +187,6 @@ class PgStatements:
                 existing[row[1]] = row[2]
             else:
                 head = _head(row)
-        assert head is not None, "the audit head row is missing"
         return ProposalsInserted(new, existing, head)
 
     def _build_proposals(self, columns: tuple[str, ...]) -> TextClause:
@@ -227,7 +232,6 @@ class PgStatements:
                 moved.add(row[1])
             elif row[0] == 9:
                 head = _head(row)
-        assert head is not None, "the audit head row is missing"
         return StepsApplied(new_nonces, moved, head)
 
     def _build_steps(self) -> TextClause:

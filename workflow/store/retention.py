@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Integer, bindparam, delete, select, text, upd
 from workflow.effects import AuditEntry
 from workflow.store import fastpath
 from workflow.store.audit import AuditLog, AuditRecord
-from workflow.store.chain import PRUNED_KIND, ChainedRecord, verify_chain
+from workflow.store.chain import PRUNED_KIND, ChainedRecord, seq_label, verify_chain
 from workflow.store.engine import Database
 from workflow.store.requests import ConcurrentUpdate
 from workflow.store.schema import UTCDateTime
@@ -136,8 +136,8 @@ class Retention:
     async def prunable_audit(
         self, after_seq: int, older_than: datetime | None, limit: int
     ) -> list[AuditRecord]:
-        """The records after `after_seq` (up to `limit`, in order) up to the first written at
-        or after `older_than` (None: all of them)."""
+        """The records after `after_seq` of its chain (up to `limit`, in order) up to the first
+        written at or after `older_than` (None: all of them)."""
         rows = await self.audit.records(after_seq=after_seq, limit=limit)
         if older_than is None:
             return rows
@@ -148,12 +148,18 @@ class Retention:
         return rows
 
     async def drop_audit(
-        self, anchor: tuple[int, str], through: AuditCut, archive: str, now: datetime
+        self,
+        anchor: tuple[int, str],
+        through: AuditCut,
+        archive: str,
+        now: datetime,
+        chain: int = 1,
     ) -> None:
-        """Delete the records after `anchor` through `through` (archived in `archive`), move
-        the anchor to `through` and append the `audit.pruned` record confirming it, in one
-        transaction at background priority; `ConcurrentUpdate` (nothing deleted) when the
-        anchor is no longer at `anchor` (another replica pruned meanwhile)."""
+        """Delete the records of `chain` after `anchor` through `through` (archived in
+        `archive`), move the chain's anchor to `through` and append to that chain the
+        `audit.pruned` record confirming it, in one transaction at background priority;
+        `ConcurrentUpdate` (nothing deleted) when the anchor is no longer at `anchor` (another
+        replica pruned meanwhile)."""
         anchor_seq = anchor[0]
         record = AuditEntry(
             PRUNED_KIND,
@@ -169,13 +175,13 @@ class Retention:
         def body(conn: Connection) -> None:
             moved = conn.execute(
                 update(AUDIT_ANCHOR)
-                .where(AUDIT_ANCHOR.c.id == 1, AUDIT_ANCHOR.c.seq == anchor_seq)
+                .where(AUDIT_ANCHOR.c.id == chain, AUDIT_ANCHOR.c.seq == anchor_seq)
                 .values(seq=through.seq, hash=through.hash, pruned_at=now)
             )
             if moved.rowcount != 1:
                 raise ConcurrentUpdate("audit anchor")
             conn.execute(delete(AUDIT).where(AUDIT.c.seq > anchor_seq, AUDIT.c.seq <= through.seq))
-            self.audit.append_in(conn, [record], now)
+            self.audit.append_in(conn, [record], now, chain=chain)
 
         await self.db.transact(body, background=True)
 
@@ -183,24 +189,31 @@ class Retention:
         self, older_than: datetime, archive: Archive, now: datetime, limit: int = 5000
     ) -> int:
         """Archive and delete the oldest audit records written before `older_than` (up to
-        `limit`), move the anchor to the last of them and append an `audit.pruned` record
-        confirming it; returns how many were pruned. (The service's pruner archives a whole
-        pass in one file: `workflow.service.retention`.)
+        `limit`, chain after chain), move each chain's anchor to the last of its pruned
+        records and append to that chain an `audit.pruned` record confirming it; returns how
+        many were pruned. (The service's pruner archives a whole pass of a chain in one file:
+        `workflow.service.retention`.)
 
         The records are verified before they are archived (a broken chain is kept as
         evidence: `AuditChainBroken`), archived before they are deleted, and deleted only if
         the anchor is still where it was read (another replica pruning meanwhile:
         `ConcurrentUpdate`, nothing deleted)."""
-        anchor = await self.audit.anchor()
-        prefix = await self.prunable_audit(anchor[0], older_than, limit)
-        if not prefix:
-            return 0
-        # Hashing thousands of records: off the event loop.
-        await asyncio.to_thread(check_continues, prefix, anchor)
-        where = await archive(prefix)
-        last = prefix[-1]
-        await self.drop_audit(anchor, AuditCut(last.seq, last.hash, len(prefix)), where, now)
-        return len(prefix)
+        pruned = 0
+        for chain in await self.audit.chains():
+            if pruned >= limit:
+                break
+            anchor = await self.audit.anchor(chain)
+            prefix = await self.prunable_audit(anchor[0], older_than, limit - pruned)
+            if not prefix:
+                continue
+            # Hashing thousands of records: off the event loop.
+            await asyncio.to_thread(check_continues, prefix, anchor)
+            where = await archive(prefix)
+            last = prefix[-1]
+            cut = AuditCut(last.seq, last.hash, len(prefix))
+            await self.drop_audit(anchor, cut, where, now, chain)
+            pruned += len(prefix)
+        return pruned
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +230,7 @@ def check_continues(rows: Sequence[ChainedRecord], anchor: tuple[int, str]) -> N
     """`rows` continue the chain from `anchor` (the records right after it, unaltered), else
     `AuditChainBroken`."""
     if rows[0].seq != anchor[0] + 1:
-        raise AuditChainBroken(f"record {anchor[0] + 1} is missing")
+        raise AuditChainBroken(f"record {seq_label(anchor[0] + 1)} is missing")
     checked = verify_chain(rows, anchor[1])
     if not checked.ok:
         raise AuditChainBroken(checked.problem)

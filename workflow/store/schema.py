@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import DateTime, Index, text
+from sqlalchemy import BigInteger, DateTime, Index, Integer, text
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Column, Field, SQLModel
 
@@ -146,12 +146,17 @@ class OutboxRow(SQLModel, table=True):
     created_at: datetime = _ts()
 
 
+#: An audit sequence number: 64 bits on PostgreSQL (each chain numbers its records from its own
+#: base, `chain.chain_base`); SQLite's INTEGER (64 bits already) keeps the key the row id.
+SEQ_TYPE = BigInteger().with_variant(Integer(), "sqlite")
+
+
 class AuditRow(SQLModel, table=True):
     """Append-only, hash-chained: each row's hash covers its content and the previous hash."""
 
     __tablename__ = "audit"
 
-    seq: int = Field(primary_key=True)
+    seq: int = Field(primary_key=True, sa_type=SEQ_TYPE)
     at: str = Field(max_length=40)
     kind: str = Field(max_length=40)
     proposal_id: str | None = Field(default=None, index=True, max_length=200)
@@ -163,24 +168,26 @@ class AuditRow(SQLModel, table=True):
 
 
 class AuditHeadRow(SQLModel, table=True):
-    """One row: the chain's last sequence number and hash. Locked to append."""
+    """One row per chain (`id`: the chain; the registry of chains): its last sequence number
+    and hash. Locked to append."""
 
     __tablename__ = "audit_head"
 
     id: int = Field(default=1, primary_key=True)
-    seq: int = 0
+    seq: int = Field(default=0, sa_type=SEQ_TYPE)
     hash: str = Field(default="0" * 64, max_length=64)
 
 
 class AuditAnchorRow(SQLModel, table=True):
-    """One row: where the stored chain starts after pruning. `seq` and `hash` are those of the
-    last pruned record (0 and the genesis hash while nothing was pruned); the `audit.pruned`
-    record appended by each pruning confirms them from within the chain."""
+    """One row per chain (`id`): where the stored chain starts after pruning. `seq` and `hash`
+    are those of the last pruned record (the chain's base and the genesis hash while nothing
+    was pruned); the `audit.pruned` record appended by each pruning confirms them from within
+    the chain."""
 
     __tablename__ = "audit_anchor"
 
     id: int = Field(default=1, primary_key=True)
-    seq: int = 0
+    seq: int = Field(default=0, sa_type=SEQ_TYPE)
     hash: str = Field(default="0" * 64, max_length=64)
     pruned_at: datetime | None = _ts(nullable=True)
 
