@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 from collections.abc import AsyncIterable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -79,8 +79,8 @@ def archive_file(directory: Path, rows: Sequence[ChainedRecord]) -> Path:
     return path
 
 
-#: An archive's name: the first and last sequence numbers it holds.
-ARCHIVE_NAME = re.compile(r"audit-(\d{12,})-(\d{12,})\.jsonl")
+#: The pruning pass under way in an archive directory: which archive, which records.
+PASS_FILE = "pruning-pass.json"
 
 
 class ArchiveWriter:
@@ -109,7 +109,8 @@ class ArchiveWriter:
         self.records += len(rows)
 
     def close(self) -> Path:
-        """Make the archive durable under its name; returns its path."""
+        """Make the archive durable under its name, recording the pass (`PASS_FILE`) first;
+        returns its path."""
         assert self._out is not None
         assert self._partial is not None
         assert self.first is not None
@@ -119,6 +120,7 @@ class ArchiveWriter:
         self._out.close()
         self._out = None
         path = self.directory / f"audit-{self.first:012d}-{self.last:012d}.jsonl"
+        begin_pass(self.directory, path, self.first, self.last)
         self._partial.replace(path)
         _sync_dir(self.directory)
         return path
@@ -132,23 +134,42 @@ class ArchiveWriter:
             self._partial.unlink(missing_ok=True)
 
 
-def unfinished_archive(directory: Path, anchor_seq: int) -> tuple[Path, int] | None:
-    """An archive in `directory` holding records after the anchor (a pass that stopped
-    between writing its archive and deleting all of it): its path and its last sequence
-    number, else None. Of several, the one that reaches furthest."""
-    found: tuple[Path, int] | None = None
+@dataclass(frozen=True, slots=True)
+class PassUnderWay:
+    """A pruning pass whose archive holds records `first`–`last`; deleting them is under way
+    until `end_pass`."""
+
+    archive: Path
+    first: int
+    last: int
+
+
+def begin_pass(directory: Path, archive: Path, first: int, last: int) -> None:
+    """Record, durably, that `archive` (records `first`–`last`) is being pruned."""
+    record = json.dumps({"archive": archive.name, "first": first, "last": last})
+    partial = directory / (PASS_FILE + ".partial")
+    with partial.open("w", encoding="utf-8") as out:
+        out.write(record + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+    partial.replace(directory / PASS_FILE)
+    _sync_dir(directory)
+
+
+def pass_under_way(directory: Path) -> PassUnderWay | None:
+    """The pass a pruner started in `directory` and did not end (a crash, a failure)."""
     try:
-        names = os.listdir(directory)
+        record = json.loads((directory / PASS_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    for name in names:
-        match = ARCHIVE_NAME.fullmatch(name)
-        if match is None:
-            continue
-        first, last = int(match[1]), int(match[2])
-        if first <= anchor_seq + 1 <= last and (found is None or last > found[1]):
-            found = (directory / name, last)
-    return found
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {directory / PASS_FILE}: {exc}") from exc
+    return PassUnderWay(directory / str(record["archive"]), int(record["first"]),
+                        int(record["last"]))  # fmt: skip
+
+
+def end_pass(directory: Path) -> None:
+    (directory / PASS_FILE).unlink(missing_ok=True)
 
 
 def last_record(path: Path) -> AuditRow | None:
