@@ -6,6 +6,9 @@ the per-call hook path (`workflow.adapters.litenats`) all find NATS through `res
 1. the URL and credentials passed explicitly (options, function arguments);
 2. the environment: ``HEADGATE_NATS_URL``, ``HEADGATE_NATS_USER`` / ``HEADGATE_NATS_PASSWORD``,
    ``HEADGATE_NATS_CREDS`` (a NATS ``.creds`` file) or ``HEADGATE_NATS_NKEY`` (an nkey seed file);
+   TLS: ``HEADGATE_NATS_TLS_CERT`` / ``HEADGATE_NATS_TLS_KEY`` (a client certificate),
+   ``HEADGATE_NATS_TLS_CA`` (the CAs to trust), ``HEADGATE_NATS_TLS_HANDSHAKE_FIRST=1`` (TLS
+   before the server's INFO, for a server configured with ``handshake_first``);
 3. the data dir of a local ``headgate serve`` (``HEADGATE_DATA_DIR``, default ``.headgate``):
    the URL it recorded in ``nats.url`` and the credentials it wrote for each role in
    ``credentials/<role>.nk`` (mode 0600). An agent registered with ``headgate agents add NAME``
@@ -80,6 +83,12 @@ class NatsTarget:
     inbox_prefix: str | None = None
     #: Where the URL and the credentials came from, for error messages.
     origin: str = "arguments"
+    #: TLS: a client certificate and its key (PEM), the CAs to trust instead of the system's,
+    #: and whether to start TLS before the server's INFO (a server with `handshake_first`).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
+    tls_handshake_first: bool = False
 
     def __repr__(self) -> str:  # never print a password
         secret = ", password=••••" if self.password else ""
@@ -105,7 +114,34 @@ class NatsTarget:
             options["nkeys_seed"] = str(self.nkey)
         if self.inbox_prefix is not None:
             options["inbox_prefix"] = self.inbox_prefix
+        if self.tls_configured:
+            options["tls"] = self.ssl_context()
+        if self.tls_handshake_first:
+            options["tls_handshake_first"] = True
         return options
+
+    @property
+    def tls_configured(self) -> bool:
+        """TLS settings were given: TLS is spoken whatever the URL's scheme."""
+        return bool(self.tls_cert or self.tls_ca or self.tls_handshake_first)
+
+    def ssl_context(self) -> Any:
+        """The `ssl.SSLContext` these settings describe: the CAs to trust (else the system's),
+        the client certificate to present (if any)."""
+        import ssl  # only where TLS is used: the per-call hook path must start fast
+
+        try:
+            context = ssl.create_default_context(cafile=str(self.tls_ca) if self.tls_ca else None)
+            if self.tls_cert is not None:
+                context.load_cert_chain(
+                    str(self.tls_cert), str(self.tls_key) if self.tls_key else None
+                )
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                f"cannot use the TLS files (certificate {self.tls_cert}, key {self.tls_key}, "
+                f"CA {self.tls_ca}): {exc}"
+            ) from exc
+        return context
 
 
 def data_dir_from(data_dir: Path | str | None, env: Mapping[str, str]) -> Path:
@@ -125,6 +161,10 @@ def resolve_nats(
     nkey: Path | str | None = None,
     env: Mapping[str, str] | None = None,
     agent: str | None = None,
+    tls_cert: Path | str | None = None,
+    tls_key: Path | str | None = None,
+    tls_ca: Path | str | None = None,
+    tls_handshake_first: bool | None = None,
 ) -> NatsTarget:
     """The NATS URL and credentials a client of `role` uses: arguments, then the environment,
     then the data dir of a local `headgate serve` (see the module docstring). An agent client
@@ -165,9 +205,16 @@ def resolve_nats(
         if local.is_file():
             nkey_path, inbox = local, inbox_prefix_for(inbox_name)
             origin = f"{origin}; credentials {local}"
+    if tls_handshake_first is None:
+        first = env.get("HEADGATE_NATS_TLS_HANDSHAKE_FIRST", "").strip().lower()
+        tls_handshake_first = first in {"1", "true", "yes", "on"}
     return NatsTarget(
         url=url, user=user, password=password, creds=creds_path, nkey=nkey_path,
         inbox_prefix=inbox, origin=origin,
+        tls_cert=_path(tls_cert or env.get("HEADGATE_NATS_TLS_CERT")),
+        tls_key=_path(tls_key or env.get("HEADGATE_NATS_TLS_KEY")),
+        tls_ca=_path(tls_ca or env.get("HEADGATE_NATS_TLS_CA")),
+        tls_handshake_first=tls_handshake_first,
     )  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -10,6 +11,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import nacl.signing
@@ -29,8 +31,10 @@ from workflow.adapters.litenats import (
     decode_headers,
     encode_headers,
 )
+from workflow.client.connection import connect as sdk_connect
+from workflow.errors import ConfigError
 from workflow.eventsig import decode_public
-from workflow.nats_target import NatsTarget
+from workflow.nats_target import NatsTarget, Role, resolve_nats
 from workflow.service.embedded import EmbeddedNats
 
 
@@ -388,3 +392,82 @@ def test_the_servers_pings_are_answered_while_waiting(server_with: object) -> No
         msg = conn.next_msg(5)
         assert msg is not None
         assert msg.data == b"still here"
+
+
+@pytest.fixture(scope="module")
+def client_certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A self-signed client certificate (its own CA, which the server is told to trust)."""
+    where = tmp_path_factory.mktemp("tls-client")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "2", "-subj", "/CN=headgate-hook", "-keyout",
+         str(where / "key.pem"), "-out", str(where / "cert.pem")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return where
+
+
+def test_client_certificates_and_tls_before_info_as_the_sdk_sets_them(
+    server_with: object, certificate: Path, client_certificate: Path, nats_url: str
+) -> None:
+    """A server that wants a client certificate and TLS from the first byte
+    (`handshake_first`): the light client connects with the settings `resolve_nats` reads from
+    the environment — the same `NatsTarget` the SDK connects with — and not without them."""
+    server = server_with(  # type: ignore[operator]
+        "tls {\n"
+        f'  cert_file: "{certificate / "cert.pem"}"\n'
+        f'  key_file: "{certificate / "key.pem"}"\n'
+        f'  ca_file: "{client_certificate / "cert.pem"}"\n'
+        "  verify: true\n"
+        "  handshake_first: true\n"
+        "}\n",
+        "mtls",
+    )
+    env = {
+        "HEADGATE_NATS_URL": server.url,
+        "HEADGATE_NATS_TLS_CA": str(certificate / "cert.pem"),
+        "HEADGATE_NATS_TLS_CERT": str(client_certificate / "cert.pem"),
+        "HEADGATE_NATS_TLS_KEY": str(client_certificate / "key.pem"),
+        "HEADGATE_NATS_TLS_HANDSHAKE_FIRST": "1",
+    }
+    target = resolve_nats(role=Role.AGENT, env=env, data_dir=Path("/nonexistent"))
+    assert (target.tls_ca, target.tls_cert, target.tls_handshake_first) == (
+        certificate / "cert.pem", client_certificate / "cert.pem", True,
+    )  # fmt: skip
+    with connect(target, name="t", timeout=5) as conn:
+        assert conn.sock.cipher() is not None  # type: ignore[attr-defined]
+        conn.subscribe("lite.mtls")
+        conn.publish("lite.mtls", b"private")
+        msg = conn.next_msg(5)
+        assert msg is not None
+        assert msg.data == b"private"
+
+    # The SDK's connection, from the same target.
+    async def sdk() -> bytes:
+        nc = await sdk_connect(target, name="sdk", connect_timeout=10)
+        try:
+            sub = await nc.subscribe("lite.mtls")
+            await nc.publish("lite.mtls", b"from the sdk")
+            return (await sub.next_msg(5)).data
+        finally:
+            await nc.close()
+
+    assert asyncio.run(sdk()) == b"from the sdk"
+
+    without_certificate = replace(target, tls_cert=None, tls_key=None)
+    later_tls = replace(target, tls_handshake_first=False)
+    for refused in (without_certificate, later_tls):
+        with pytest.raises(NatsError, match="cannot reach NATS"):
+            with connect(refused, name="t", timeout=1):
+                pass
+    # Settings TLS needs but the server does not offer: no plain-text fallback.
+    with pytest.raises(NatsError, match="cannot reach NATS"):
+        with connect(replace(target, url=nats_url), name="t", timeout=1):
+            pass
+
+
+def test_unreadable_tls_files_are_one_sentence(tmp_path: Path, nats_url: str) -> None:
+    target = NatsTarget(nats_url, tls_cert=tmp_path / "missing.pem")
+    with pytest.raises(ConfigError, match="cannot use the TLS files"):
+        with connect(target, name="t", timeout=1):
+            pass

@@ -16,10 +16,16 @@ import pytest
 
 from workflow.effects import AuditEntry
 from workflow.service.retention import prune_audit
-from workflow.store.archive import ArchiveWriter, archive_file, read_jsonl
+from workflow.store.archive import (
+    ArchiveWriter,
+    archive_file,
+    begin_pass,
+    pass_under_way,
+    read_jsonl,
+)
 from workflow.store.chain import PRUNED_KIND, verify_archive
 from workflow.store.repo import Store
-from workflow.store.retention import AuditCut
+from workflow.store.retention import AuditChainBroken, AuditCut
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 OLD = T0 + timedelta(days=1)  # the cutoff: what was written at T0 is old
@@ -114,8 +120,10 @@ async def test_a_pass_stopped_after_its_archive_is_finished_without_a_second_one
             first = AuditCut(rows[deleted - 1].seq, rows[deleted - 1].hash, deleted)
             await retention.drop_audit(anchor, first, archive.name, NOW)
 
+        assert pass_under_way(directory) is not None
         assert await prune_audit(retention, directory, OLD, NOW, chunk=100) == 300 - deleted
         assert _archives(directory) == [archive]
+        assert pass_under_way(directory) is None
         anchor = await store.audit.anchor()
         assert anchor == (300, rows[-1].hash)
         assert verify_archive(read_jsonl(archive), anchor).ok
@@ -130,20 +138,49 @@ async def test_a_pass_stopped_after_its_archive_is_finished_without_a_second_one
 async def test_an_archive_that_does_not_match_the_stored_records_stops_pruning(
     tmp_path: Path,
 ) -> None:
-    """An archive that claims records after the anchor but does not hold them as stored is
-    evidence of something wrong: nothing is deleted."""
+    """The archive of a pass under way that does not hold the records as stored is evidence of
+    something wrong: nothing is deleted."""
     store = await _store(f"sqlite+aiosqlite:///{tmp_path / 'headgate.db'}", 20)
     try:
         directory = tmp_path / "archive"
         rows = await store.retention.prunable_audit(0, OLD, 20)
-        archive = archive_file(directory, rows)
+        writer = ArchiveWriter(directory)
+        writer.add(rows)
+        archive = writer.close()  # the pass stopped here
         lines = archive.read_text().splitlines()
         forged = {**json.loads(lines[-1]), "hash": "f" * 64}
         archive.write_text("\n".join([*lines[:-1], json.dumps(forged)]) + "\n")
-        with pytest.raises(Exception, match="does not hold the stored records 1–20"):
+        with pytest.raises(AuditChainBroken, match="does not hold the stored records 1–20"):
             await prune_audit(store.retention, directory, OLD, NOW)
         assert await store.audit.anchor() == (0, rows[0].prev_hash)
         assert len(await store.audit.rows()) == 23
+    finally:
+        await store.close()
+
+
+async def test_a_pass_that_ended_or_never_named_its_archive_leaves_nothing_to_finish(
+    tmp_path: Path,
+) -> None:
+    """The record of a pass outlives it (stopped after its last deletion), or names an archive
+    that never got its name (stopped before it: nothing was deleted): the next pass starts
+    afresh."""
+    store = await _store(f"sqlite+aiosqlite:///{tmp_path / 'headgate.db'}", 30)
+    try:
+        directory = tmp_path / "archive"
+        directory.mkdir()
+        begin_pass(directory, directory / "audit-000000000001-000000000010.jsonl", 1, 10)
+        assert await prune_audit(store.retention, directory, OLD, NOW, most=10) == 10
+        assert pass_under_way(directory) is None
+        begin_pass(directory, directory / "audit-000000000001-000000000010.jsonl", 1, 10)
+        assert await prune_audit(store.retention, directory, OLD, NOW) == 20  # the anchor: 10
+        assert pass_under_way(directory) is None
+        assert [a.name for a in _archives(directory)] == [
+            "audit-000000000001-000000000010.jsonl",
+            "audit-000000000011-000000000030.jsonl",
+        ]
+        anchor = await store.audit.anchor()
+        rows = [r for a in _archives(directory) for r in read_jsonl(a)]
+        assert verify_archive(rows, anchor).ok
     finally:
         await store.close()
 

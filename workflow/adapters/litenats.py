@@ -5,7 +5,9 @@ milliseconds; importing asyncio and nats-py alone costs more than the whole call
 the NATS client protocol (https://docs.nats.io/reference/reference-protocols/nats-protocol)
 directly, for one short-lived connection: INFO / CONNECT with every credential `resolve_nats`
 finds (an nkey seed signing the server's nonce, a `.creds` file's JWT, user and password, a
-token in the URL), TLS when the URL says `tls://` or the server requires it, PING / PONG,
+token in the URL), TLS when the URL says `tls://`, the server requires it or TLS settings are
+given (a client certificate, the CAs to trust, TLS before the server's INFO for a server with
+`handshake_first`: the `NatsTarget`'s, as the SDK uses them), PING / PONG,
 SUB / UNSUB, PUB / HPUB, MSG / HMSG with headers, request / reply on the client's private
 inbox prefix, and the server's `-ERR`s: a refused publish raises `NatsPermissionError` at once
 (the caller fails closed), a refused subscription is recorded (`refused`) for the caller to
@@ -379,21 +381,20 @@ def _open(target: NatsTarget, url: str, name: str, deadline: float) -> Connectio
     host, port, want_tls, url_user, url_password = _server(url)
     left = deadline - time.monotonic()
     sock = socket.create_connection((host, port), timeout=max(left, 0.001))
+    conn: Connection | None = None
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = Connection(sock, {}, target.inbox_prefix or "_INBOX")
+        if target.tls_handshake_first:  # the server speaks TLS from the first byte
+            conn.sock = _wrap(sock, target, host, deadline)
         line = conn._line(deadline)
         op, _, rest = line.partition(b" ")
         if op.upper() != b"INFO":
             raise NatsError(f"{url} is not a NATS server")
         info: dict[str, Any] = json.loads(rest)
-        tls = want_tls or bool(info.get("tls_required"))
-        if tls:
-            import ssl  # only where TLS is used: it costs more than the rest of this module
-
-            context = ssl.create_default_context()
-            sock.settimeout(max(deadline - time.monotonic(), 0.001))
-            conn.sock = context.wrap_socket(sock, server_hostname=host)
+        tls = want_tls or target.tls_configured or bool(info.get("tls_required"))
+        if tls and not target.tls_handshake_first:
+            conn.sock = _wrap(sock, target, host, deadline)
         conn.info = info
         options: dict[str, Any] = {
             "verbose": False, "pedantic": False, "tls_required": tls, "name": name,
@@ -409,8 +410,17 @@ def _open(target: NatsTarget, url: str, name: str, deadline: float) -> Connectio
                 raise NatsError("the server sent a message before the connection was made")
         return conn
     except BaseException:
+        if conn is not None and conn.sock is not sock:
+            conn.sock.close()  # the TLS socket holds the connection once it wraps it
         sock.close()
         raise
+
+
+def _wrap(sock: socket.socket, target: NatsTarget, host: str, deadline: float) -> socket.socket:
+    """TLS over `sock` with `target`'s settings (its CAs, its client certificate), else the
+    system's trust store; the handshake within the deadline."""
+    sock.settimeout(max(deadline - time.monotonic(), 0.001))
+    return target.ssl_context().wrap_socket(sock, server_hostname=host)  # type: ignore[no-any-return]
 
 
 def _refused(exc: Exception) -> bool:

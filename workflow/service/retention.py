@@ -20,7 +20,13 @@ from workflow.policy.retention import RetentionSpec
 from workflow.service import allocator
 from workflow.service.context import ServiceContext
 from workflow.service.streams import DUPLICATE_WINDOW
-from workflow.store.archive import ArchiveWriter, last_record, unfinished_archive
+from workflow.store.archive import (
+    ArchiveWriter,
+    PassUnderWay,
+    end_pass,
+    last_record,
+    pass_under_way,
+)
 from workflow.store.audit import AuditRecord
 from workflow.store.chain import seq_label
 from workflow.store.requests import ConcurrentUpdate
@@ -84,10 +90,11 @@ async def prune_audit(
     The records are read a chunk at a time, each checked to continue the chain and written to
     the archive as it comes (memory: one chunk); the archive is synced and renamed into place,
     and only then are the records deleted, a chunk per transaction, each moving the chain's
-    anchor and appending an `audit.pruned` record that names the archive. A pass that stopped
-    before deleting all of its archive (a crash, a failed transaction) leaves an archive that
-    holds records after the anchor: the next pass deletes those, and writes no new archive
-    for them (an archive never overlaps another; the chains' sequence numbers are disjoint)."""
+    anchor and appending an `audit.pruned` record that names the archive. Each chain's pass is
+    recorded in the directory (`pass_file`) from just before its archive gets its name until
+    its last deletion: a pass that stopped in between (a crash, a failed transaction) is
+    finished by the next, under the same archive (an archive never overlaps another; the
+    chains' sequence numbers are disjoint), without listing the directory."""
     pruned = 0
     for chain in await store.audit.chains():
         if pruned >= most:
@@ -103,9 +110,12 @@ async def _prune_chain(
     chunk: int, most: int,
 ) -> int:  # fmt: skip
     anchor = await store.audit.anchor(chain)
-    unfinished = await asyncio.to_thread(unfinished_archive, directory, anchor[0])
-    if unfinished is not None:
-        path, through = unfinished
+    under_way = await asyncio.to_thread(pass_under_way, directory, chain)
+    if under_way is not None and not await _resumable(under_way, anchor):
+        await asyncio.to_thread(end_pass, directory, chain)
+        under_way = None
+    if under_way is not None:
+        path, through = under_way.archive, under_way.last
         cuts = await _read_cuts(store, anchor, None, through - anchor[0], chunk, None)
         last = await asyncio.to_thread(last_record, path)
         if not cuts or last is None or (cuts[-1].seq, cuts[-1].hash) != (last.seq, last.hash):
@@ -114,7 +124,7 @@ async def _prune_chain(
                 f"{seq_label(anchor[0] + 1)}–{seq_label(through)}"
             )
     else:
-        writer = ArchiveWriter(directory)
+        writer = ArchiveWriter(directory, chain)
         try:
             cuts = await _read_cuts(store, anchor, older_than, most, chunk, writer)
             if not cuts:
@@ -127,7 +137,26 @@ async def _prune_chain(
         await store.drop_audit(anchor, cut, path.name, now, chain)
         anchor = (cut.seq, cut.hash)
         pruned += cut.records
+    await asyncio.to_thread(end_pass, directory, chain)
     return pruned
+
+
+async def _resumable(under_way: PassUnderWay, anchor: tuple[int, str]) -> bool:
+    """Whether the pass under way still has records to delete: its archive is there and the
+    anchor inside it. A pass whose records are all deleted (it stopped before ending) or
+    whose archive never got its name (it stopped before: nothing was deleted) is over."""
+    if anchor[0] >= under_way.last:
+        return False
+    exists = await asyncio.to_thread(under_way.archive.exists)
+    if under_way.first <= anchor[0] + 1 and exists:
+        return True
+    if not exists and anchor[0] + 1 == under_way.first:
+        return False
+    raise AuditChainBroken(
+        f"a pruning pass of records {seq_label(under_way.first)}–{seq_label(under_way.last)} "
+        f"into {under_way.archive} stopped, and the chain's anchor is at {seq_label(anchor[0])}"
+        + ("" if exists else ", but that archive is gone")
+    )
 
 
 async def _read_cuts(

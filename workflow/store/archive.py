@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 from collections.abc import AsyncIterable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -79,8 +79,15 @@ def archive_file(directory: Path, rows: Sequence[ChainedRecord]) -> Path:
     return path
 
 
-#: An archive's name: the first and last sequence numbers it holds.
-ARCHIVE_NAME = re.compile(r"audit-(\d{12,})-(\d{12,})\.jsonl")
+#: The pruning pass under way in an archive directory: which archive, which records (one
+#: file per audit chain: `pass_file`).
+PASS_FILE = "pruning-pass.json"
+
+
+def pass_file(chain: int = 1) -> str:
+    """The name of the record of `chain`'s pass under way (`PASS_FILE` for the first chain,
+    the only one on SQLite)."""
+    return PASS_FILE if chain == 1 else f"pruning-pass-{chain}.json"
 
 
 class ArchiveWriter:
@@ -88,8 +95,9 @@ class ArchiveWriter:
     until `close` syncs it and renames it `audit-<first>-<last>.jsonl`, so an archive under
     that name is always whole. Memory: one chunk's lines."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, chain: int = 1):
         self.directory = directory
+        self.chain = chain
         self.first: int | None = None
         self.last: int | None = None
         self.records = 0
@@ -109,7 +117,8 @@ class ArchiveWriter:
         self.records += len(rows)
 
     def close(self) -> Path:
-        """Make the archive durable under its name; returns its path."""
+        """Make the archive durable under its name, recording the pass (`pass_file`) first;
+        returns its path."""
         assert self._out is not None
         assert self._partial is not None
         assert self.first is not None
@@ -119,6 +128,7 @@ class ArchiveWriter:
         self._out.close()
         self._out = None
         path = self.directory / f"audit-{self.first:012d}-{self.last:012d}.jsonl"
+        begin_pass(self.directory, path, self.first, self.last, self.chain)
         self._partial.replace(path)
         _sync_dir(self.directory)
         return path
@@ -132,23 +142,44 @@ class ArchiveWriter:
             self._partial.unlink(missing_ok=True)
 
 
-def unfinished_archive(directory: Path, anchor_seq: int) -> tuple[Path, int] | None:
-    """An archive in `directory` holding records after the anchor (a pass that stopped
-    between writing its archive and deleting all of it): its path and its last sequence
-    number, else None. Of several, the one that reaches furthest."""
-    found: tuple[Path, int] | None = None
+@dataclass(frozen=True, slots=True)
+class PassUnderWay:
+    """A pruning pass whose archive holds records `first`–`last`; deleting them is under way
+    until `end_pass`."""
+
+    archive: Path
+    first: int
+    last: int
+
+
+def begin_pass(directory: Path, archive: Path, first: int, last: int, chain: int = 1) -> None:
+    """Record, durably, that `archive` (records `first`–`last` of `chain`) is being pruned."""
+    record = json.dumps({"archive": archive.name, "first": first, "last": last})
+    partial = directory / (pass_file(chain) + ".partial")
+    with partial.open("w", encoding="utf-8") as out:
+        out.write(record + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+    partial.replace(directory / pass_file(chain))
+    _sync_dir(directory)
+
+
+def pass_under_way(directory: Path, chain: int = 1) -> PassUnderWay | None:
+    """The pass of `chain` a pruner started in `directory` and did not end (a crash, a
+    failure)."""
+    name = directory / pass_file(chain)
     try:
-        names = os.listdir(directory)
+        record = json.loads(name.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    for name in names:
-        match = ARCHIVE_NAME.fullmatch(name)
-        if match is None:
-            continue
-        first, last = int(match[1]), int(match[2])
-        if first <= anchor_seq + 1 <= last and (found is None or last > found[1]):
-            found = (directory / name, last)
-    return found
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {name}: {exc}") from exc
+    return PassUnderWay(directory / str(record["archive"]), int(record["first"]),
+                        int(record["last"]))  # fmt: skip
+
+
+def end_pass(directory: Path, chain: int = 1) -> None:
+    (directory / pass_file(chain)).unlink(missing_ok=True)
 
 
 def last_record(path: Path) -> AuditRow | None:
