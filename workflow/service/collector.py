@@ -379,11 +379,14 @@ class Collector:
         if decision.passkey is not None:
             check, used = await self._passkey_check(raw, decision, seen)
         else:
+            # The canonical form once: what the signature is checked over is what the record
+            # keeps (a decision without one raises here, as `signed_text` always did).
+            text = signed_text(raw)
             check = DecisionCheck(
-                signature_valid=verify_raw(raw),
+                signature_valid=verify_raw(raw, text=text),
                 approver=ctx.policy.approver_by_key(decision.key) if decision.key else None,
                 nonce_seen=seen,
-                signed_text=signed_text(raw),
+                signed_text=text,
                 problem=scheme_problem(raw),
             )
         step, edit = await self._step(held, decision, check, now)
