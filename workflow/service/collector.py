@@ -567,8 +567,16 @@ class Collector:
         checked = None
         if step.closed is RequestState.APPROVED:
             policy = ctx.policy
-            tables = policy.tables_for(proposal.tool, proposal.tool_definition)
-            checked = recheck(proposal, classify(proposal, tables), verdict, policy)
+            fresh = (
+                ctx.held.recall(policy, held.proposal_id, held.proposal_digest)
+                if edit is None
+                else None
+            )
+            if fresh is None:
+                fresh = classify(
+                    proposal, policy.tables_for(proposal.tool, proposal.tool_definition)
+                )
+            checked = recheck(proposal, fresh, verdict, policy)
         settled = settle(step, checked, await self._directory(step.request))
         if isinstance(settled, Reopen):
             write.new_state = RequestState.PENDING
