@@ -564,14 +564,16 @@ class Collector:
         if edit is not None and step.closed is RequestState.APPROVED:
             proposal, classification, verdict = edit.proposal, edit.classification, edit.verdict
             write.audit.append(_edited_audit(held, edit, step))
+        policy = ctx.policy
+        # Taken on every close (approved, rejected, cancelled): the entry is of no more use.
+        kept = (
+            ctx.held.recall(policy, held.proposal_id, held.proposal_digest)
+            if ctx.held is not None
+            else None
+        )
         checked = None
         if step.closed is RequestState.APPROVED:
-            policy = ctx.policy
-            fresh = (
-                ctx.held.recall(policy, held.proposal_id, held.proposal_digest)
-                if edit is None
-                else None
-            )
+            fresh = kept if edit is None else None
             if fresh is None:
                 fresh = classify(
                     proposal, policy.tables_for(proposal.tool, proposal.tool_definition)

@@ -16,9 +16,9 @@ from collections import OrderedDict
 from workflow.messages import Classification
 from workflow.policy.model import Policy
 
-#: Entries kept at most (held calls decided in the order they were held leave at once; the
-#: others, expired or decided late, leave oldest first).
-LIMIT = 4096
+#: Entries kept at most (a call leaves when its request closes through the collector; those
+#: expired, or pending longer than this many others, leave oldest first).
+LIMIT = 1024
 
 
 class HeldClassifications:

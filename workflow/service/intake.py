@@ -194,14 +194,15 @@ class Intake:
         """Keep the classification of each call held for approval, as `classify` gave it
         (before any model check): the collector's re-check at release takes it instead of
         classifying the call again (`HeldClassifications`)."""
+        memo = self.ctx.held
         held = [rec for _, rec in kept if rec.request is not None]
-        if not held:
+        if memo is None or not held:
             return
         fresh = {proposal.id: classification for _, proposal, classification in classified}
         for rec in held:
             classification = fresh.get(rec.id)
             if classification is not None:
-                self.ctx.held.remember(policy, rec.id, rec.proposal.digest, classification)
+                memo.remember(policy, rec.id, rec.proposal.digest, classification)
 
     async def _answer_invalid(self, msg: Msg, error: str, now: datetime) -> None:
         """Tell the agent its proposal was not accepted (a `blocked` event, `invalid`, when
