@@ -213,3 +213,20 @@ def test_a_record_whose_signed_text_is_not_canonical_is_refused() -> None:
     ):
         record = record_of({**fields, "signature": foreign_signature(text)})
         assert not verify_record(record.model_copy(update={"signed": text}))
+
+
+def test_verifying_over_a_canonical_form_given_is_verifying_over_the_decision() -> None:
+    key = ApproverKey.generate()
+    decision = key.sign_decision(
+        ApprovalDecision(
+            request_id="r-1", proposal_digest="0" * 64, verdict=DecisionVerdict.APPROVE,
+            approver="alice", nonce="nonce-0001", issued_at=datetime.now(UTC),
+        )
+    )  # fmt: skip
+    raw = json.loads(decision.model_dump_json())
+    text = signed_text(raw)
+    assert verify_raw(raw, text=text)
+    assert verify_raw(raw)
+    tampered = {**raw, "verdict": "reject"}
+    assert not verify_raw(tampered, text=signed_text(tampered))
+    assert not verify_raw(tampered)

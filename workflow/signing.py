@@ -111,10 +111,11 @@ def verify(public_key: str, data: bytes, signature: str) -> bool:
     return True
 
 
-def verify_raw(raw: dict[str, Any], *, version: str | None = None) -> bool:
+def verify_raw(raw: dict[str, Any], *, version: str | None = None, text: str | None = None) -> bool:
     """Verify a new decision as received: the signature over the canonical form of the other
     fields, by its `signature_scheme`. A legacy signature is accepted only while
-    `workflow.canonical.legacy_accepted` (`version` defaults to this Headgate's)."""
+    `workflow.canonical.legacy_accepted` (`version` defaults to this Headgate's). `text`: that
+    canonical form, when the caller has it already (`signed_text(raw)`)."""
     key, signature = raw.get("key"), raw.get("signature")
     if not isinstance(key, str) or not isinstance(signature, str):
         return False
@@ -122,10 +123,11 @@ def verify_raw(raw: dict[str, Any], *, version: str | None = None) -> bool:
         return False  # one signature per decision: an nkey's or a passkey's, not both
     if (scheme_problem(raw) if version is None else scheme_problem(raw, version)) is not None:
         return False
-    try:
-        text = signed_text(raw)
-    except ValueError:  # no RFC 8785 form (a number out of range): nothing was signed over it
-        return False
+    if text is None:
+        try:
+            text = signed_text(raw)
+        except ValueError:  # no RFC 8785 form (a number out of range): nothing was signed over it
+            return False
     return verify(key, text.encode(), signature)
 
 

@@ -379,11 +379,14 @@ class Collector:
         if decision.passkey is not None:
             check, used = await self._passkey_check(raw, decision, seen)
         else:
+            # The canonical form once: what the signature is checked over is what the record
+            # keeps (a decision without one raises here, as `signed_text` always did).
+            text = signed_text(raw)
             check = DecisionCheck(
-                signature_valid=verify_raw(raw),
+                signature_valid=verify_raw(raw, text=text),
                 approver=ctx.policy.approver_by_key(decision.key) if decision.key else None,
                 nonce_seen=seen,
-                signed_text=signed_text(raw),
+                signed_text=text,
                 problem=scheme_problem(raw),
             )
         step, edit = await self._step(held, decision, check, now)
@@ -561,11 +564,21 @@ class Collector:
         if edit is not None and step.closed is RequestState.APPROVED:
             proposal, classification, verdict = edit.proposal, edit.classification, edit.verdict
             write.audit.append(_edited_audit(held, edit, step))
+        policy = ctx.policy
+        # Taken on every close (approved, rejected, cancelled): the entry is of no more use.
+        kept = (
+            ctx.held.recall(policy, held.proposal_id, held.proposal_digest)
+            if ctx.held is not None
+            else None
+        )
         checked = None
         if step.closed is RequestState.APPROVED:
-            policy = ctx.policy
-            tables = policy.tables_for(proposal.tool, proposal.tool_definition)
-            checked = recheck(proposal, classify(proposal, tables), verdict, policy)
+            fresh = kept if edit is None else None
+            if fresh is None:
+                fresh = classify(
+                    proposal, policy.tables_for(proposal.tool, proposal.tool_definition)
+                )
+            checked = recheck(proposal, fresh, verdict, policy)
         settled = settle(step, checked, await self._directory(step.request))
         if isinstance(settled, Reopen):
             write.new_state = RequestState.PENDING

@@ -13,6 +13,7 @@ from nats.js import JetStreamContext
 
 from workflow.effects import OutboxEvent
 from workflow.policy.model import Policy
+from workflow.service.held import HeldClassifications
 from workflow.service.metrics import Metrics
 from workflow.service.publishing import PublishedMarker, dead_letter_event, publish_events
 from workflow.service.stage import DEFAULT_RETRY, RetryPolicy
@@ -53,6 +54,9 @@ class ServiceContext:
     signer: ServiceKey = field(default_factory=ServiceKey.generate)
     #: Marks the outbox rows of confirmed events published, for every stage, off their path.
     marker: PublishedMarker = field(init=False)
+    #: The intake's classifications of the calls it held, for the re-check at release
+    #: (None in an intake worker process: its calls are released by the main process).
+    held: HeldClassifications | None = field(default_factory=HeldClassifications)
 
     def __post_init__(self) -> None:
         self.marker = PublishedMarker(self.store.outbox.mark_published)

@@ -26,6 +26,7 @@ from workflow.messages import Classification, Decision, Proposal, Verdict
 from workflow.policy.engine import evaluate
 from workflow.policy.freeze import frozen_verdict
 from workflow.policy.grants import GrantTerms, grant_release
+from workflow.policy.model import Policy
 from workflow.routing import SERVICE_ACTOR, intake_events, invalid_answer, route
 from workflow.service.context import ServiceContext
 from workflow.service.model_check import model_check
@@ -135,6 +136,7 @@ class Intake:
         good: list[tuple[Msg, IntakeRecord]] = []
         bad: list[tuple[Msg, str]] = []
         invalid: list[tuple[Msg, str]] = []
+        policy = self.ctx.policy  # what `_classify` classifies under (no await in the loop)
         for msg in msgs:
             try:
                 classified.append((msg, *self._classify(msg)))
@@ -173,6 +175,7 @@ class Intake:
                     await self.settle.failed(msg, f"internal error: {exc!r}")
             good, events = await self._commit(good, bad, invalid, now)
             sending = await self._send(events)
+        self._remember_held(policy, classified, good)
         if not await self._publish(good, events, sending, now):
             good = []
         for msg, _ in good:
@@ -181,6 +184,25 @@ class Intake:
             await self.settle.unprocessable(msg, error)
         for msg, error in invalid:
             await self._answer_invalid(msg, error, now)
+
+    def _remember_held(
+        self,
+        policy: Policy,
+        classified: list[tuple[Msg, Proposal, Classification]],
+        kept: list[tuple[Msg, IntakeRecord]],
+    ) -> None:
+        """Keep the classification of each call held for approval, as `classify` gave it
+        (before any model check): the collector's re-check at release takes it instead of
+        classifying the call again (`HeldClassifications`)."""
+        memo = self.ctx.held
+        held = [rec for _, rec in kept if rec.request is not None]
+        if memo is None or not held:
+            return
+        fresh = {proposal.id: classification for _, proposal, classification in classified}
+        for rec in held:
+            classification = fresh.get(rec.id)
+            if classification is not None:
+                memo.remember(policy, rec.id, rec.proposal.digest, classification)
 
     async def _answer_invalid(self, msg: Msg, error: str, now: datetime) -> None:
         """Tell the agent its proposal was not accepted (a `blocked` event, `invalid`, when

@@ -32,6 +32,7 @@ from workflow.service.collector import Collector
 from workflow.service.context import ServiceContext
 from workflow.service.embedded import EmbeddedNats
 from workflow.service.embedded_access import prepare_access
+from workflow.service.held import HeldClassifications
 from workflow.service.intake import Intake
 from workflow.service.metrics import HealthServer
 from workflow.service.outreach import Outreach
@@ -247,6 +248,8 @@ class Service:
         self.ctx = ctx = ServiceContext(
             nc, js, store, self.subjects, policy,
             retry=RetryPolicy(base_delay=s.retry_base_delay), signer=signer,
+            # An intake worker keeps no held classifications: no collector here takes them.
+            held=None if s.intake_worker else HeldClassifications(),
         )  # fmt: skip
         if s.clock is not None:
             ctx.clock = s.clock
