@@ -24,7 +24,7 @@ from workflow.store.migrations import MIGRATIONS, migrate
 from workflow.store.repo import Store
 from workflow.store.requests import ConcurrentUpdate
 from workflow.store.schema import SchemaVersionRow
-from workflow.store.tables import AUDIT
+from workflow.store.tables import AUDIT, AUDIT_HEAD
 from workflow.subjects import Subjects
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -246,6 +246,20 @@ async def test_the_audit_chain_detects_records_cut_from_the_end(store: Store) ->
     broken = await store.audit.verify()
     assert not broken.ok
     assert "removed from the end" in broken.problem
+
+
+async def test_the_audit_chain_detects_a_head_moved_back(store: Store) -> None:
+    await store.proposals.record([record(f"p{i}") for i in range(3)], NOW)
+    async with store.db.engine.begin() as conn:
+        before = (
+            await conn.execute(select(AUDIT.c.seq, AUDIT.c.hash).order_by(AUDIT.c.seq.desc()))
+        ).all()[1]
+        await conn.execute(
+            update(AUDIT_HEAD).where(AUDIT_HEAD.c.id == 1).values(seq=before.seq, hash=before.hash)
+        )
+    broken = await store.audit.verify()
+    assert not broken.ok
+    assert "the head was moved back" in broken.problem
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, bindparam, select, text, update
+from sqlalchemy import Connection, bindparam, func, select, text, update
 
 from workflow.effects import AuditEntry
 from workflow.messages import canonical_json
@@ -220,6 +220,17 @@ class AuditLog:
             found = await conn.execute(select(AUDIT_HEAD.c.id, AUDIT_HEAD.c.seq))
             return {int(row[0]): int(row[1]) for row in found}
 
+    async def _head_row(self, chain: int) -> Head:
+        async with self.db.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(AUDIT_HEAD.c.id, AUDIT_HEAD.c.seq, AUDIT_HEAD.c.hash).where(
+                        AUDIT_HEAD.c.id == chain
+                    )
+                )
+            ).one()
+        return Head(int(row[0]), int(row[1]), str(row[2]))
+
     async def chains(self) -> list[int]:
         """The chains in the registry (their head rows), in order."""
         async with self.db.engine.connect() as conn:
@@ -281,6 +292,10 @@ class AuditLog:
         the anchor (records removed from the start are detected, not mistaken for a
         pruning)."""
         base = chain_base(chain)
+        # The head first: the records up to it were committed before it was read (a record
+        # and the head's move are one transaction), so records appended meanwhile, past it,
+        # are not mistaken for records missing from the end.
+        head = await self._head_row(chain)
         anchor_seq, anchor_hash = await self.anchor(chain)
         checked, prev, after = 0, anchor_hash, anchor_seq
         confirmed = anchor_seq == base and anchor_hash == GENESIS
@@ -291,7 +306,7 @@ class AuditLog:
             )
 
         async for rows in self.batches(
-            after_seq=anchor_seq, through_seq=base + CHAIN_SPAN, batch=batch
+            after_seq=anchor_seq, through_seq=max(head.seq, anchor_seq), batch=batch
         ):
             if rows[0].seq != after + 1:
                 return fail(
@@ -312,16 +327,35 @@ class AuditLog:
             )
             checked += result.checked
             prev, after = rows[-1].hash, rows[-1].seq
-        async with self.db.engine.connect() as conn:
-            head = (await conn.execute(select(AUDIT_HEAD).where(AUDIT_HEAD.c.id == chain))).one()
-        if int(head.seq) != after or head.hash != prev:
+        if head.seq != after or head.hash != prev:
             return fail(
                 ChainCheck(
                     False,
                     checked,
                     after + 1,
                     f"the chain ends at record {seq_label(after)} but the head says "
-                    f"{seq_label(int(head.seq))}: records were removed from the end.",
+                    f"{seq_label(head.seq)}: records were removed from the end.",
+                )
+            )
+        # Records past the head: the last one read before the head is read again (a record
+        # committed before the first read has its head's move committed before the second).
+        async with self.db.engine.connect() as conn:
+            last = (
+                await conn.execute(
+                    select(func.max(AUDIT.c.seq)).where(
+                        AUDIT.c.seq > base, AUDIT.c.seq <= base + CHAIN_SPAN
+                    )
+                )
+            ).scalar()
+        now = await self._head_row(chain)
+        if last is not None and int(last) > now.seq:
+            return fail(
+                ChainCheck(
+                    False,
+                    checked,
+                    now.seq + 1,
+                    f"records after the head ({seq_label(now.seq)}) up to "
+                    f"{seq_label(int(last))}: the head was moved back.",
                 )
             )
         if not confirmed:

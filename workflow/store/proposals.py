@@ -187,9 +187,12 @@ class Proposals:
                 if req is not None
                 else []
             )
+            # In time order: on PostgreSQL a proposal's records may be on several chains.
             audit = (
                 await conn.execute(
-                    select(AUDIT).where(AUDIT.c.proposal_id == pid).order_by(AUDIT.c.seq)
+                    select(AUDIT)
+                    .where(AUDIT.c.proposal_id == pid)
+                    .order_by(AUDIT.c.at, AUDIT.c.seq)
                 )
             ).all()
             outcome = (
