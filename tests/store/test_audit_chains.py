@@ -232,3 +232,37 @@ async def test_audit_export_and_verify_archive_commands_with_two_chains(
     bad = subprocess.run(verify, capture_output=True, text=True, check=False)
     assert bad.returncode == 1
     assert "archive broken at record 2:1" in bad.stdout
+
+
+async def test_the_pruners_pass_writes_one_archive_per_chain(
+    pg_store: Store, tmp_path: Path
+) -> None:
+    """The service's pruner (`workflow.service.retention.prune_audit`): one archive per chain
+    pruned, each pass ended (no pass record left), the archives verifying against every
+    chain's anchor; a pass under way is recorded per chain."""
+    from workflow.service.retention import prune_audit
+    from workflow.store.archive import begin_pass, pass_under_way
+
+    await _two_at_once(pg_store)  # at T0: three records on chain 1, two on chain 2
+    await pg_store.audit.append(_entries("new", 1), LATER)
+    directory = tmp_path / "archive"
+    assert await prune_audit(pg_store.retention, directory, T0 + timedelta(days=1), LATER) == 5
+    archives = sorted(directory.glob("audit-*.jsonl"))
+    assert sorted(p.name for p in directory.iterdir()) == [p.name for p in archives]
+    rows = [r for path in archives for r in read_jsonl(path)]
+    assert [sorted({chain_of(r.seq) for r in read_jsonl(p)}) for p in archives] == [[1], [2]]
+    anchors = await pg_store.audit.anchors()
+    assert anchors[1][0] == 3
+    assert anchors[2][0] == chain_base(2) + 2
+    assert verify_archive(rows, anchors).ok
+    checked = await pg_store.audit.verify()
+    assert checked.ok, checked.problem
+    # Nothing old left: a second pass writes nothing.
+    assert await prune_audit(pg_store.retention, directory, T0 + timedelta(days=1), LATER) == 0
+    assert sorted(directory.glob("audit-*.jsonl")) == archives
+    # Each chain's pass under way has a record of its own.
+    begin_pass(directory, archives[1], chain_base(2) + 1, chain_base(2) + 2, chain=2)
+    assert pass_under_way(directory, 1) is None
+    under_way = pass_under_way(directory, 2)
+    assert under_way is not None
+    assert under_way.archive == archives[1]
