@@ -321,12 +321,17 @@ def test_headers_round_trip_with_a_status() -> None:
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A self-signed certificate for 127.0.0.1 (and its key), made with openssl."""
-    where = tmp_path_factory.mktemp("tls")
+    return _self_signed(
+        tmp_path_factory.mktemp("tls"), "127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"
+    )
+
+
+def _self_signed(where: Path, name: str, *extra: str) -> Path:
+    """A self-signed certificate (`cert.pem`) and its key (`key.pem`) in `where`, by openssl."""
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1", "-addext",
-         "subjectAltName=IP:127.0.0.1", "-keyout", str(where / "key.pem"),
-         "-out", str(where / "cert.pem")],
+         "-nodes", "-days", "2", "-subj", f"/CN={name}", *extra,
+         "-keyout", str(where / "key.pem"), "-out", str(where / "cert.pem")],
         check=True, capture_output=True,
     )  # fmt: skip
     return where
@@ -397,14 +402,7 @@ def test_the_servers_pings_are_answered_while_waiting(server_with: object) -> No
 @pytest.fixture(scope="module")
 def client_certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A self-signed client certificate (its own CA, which the server is told to trust)."""
-    where = tmp_path_factory.mktemp("tls-client")
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-days", "2", "-subj", "/CN=headgate-hook", "-keyout",
-         str(where / "key.pem"), "-out", str(where / "cert.pem")],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return where
+    return _self_signed(tmp_path_factory.mktemp("tls-client"), "headgate-hook")
 
 
 def test_client_certificates_and_tls_before_info_as_the_sdk_sets_them(
