@@ -54,7 +54,7 @@ def test_every_wire_model_has_a_schema_and_the_asyncapi_document_lists_every_han
 
 
 def subscribed_subjects() -> set[str]:
-    """What the service reads: the FastStream applications' subscribers (API, auditor; the
+    """What the service reads: the FastStream applications' subscribers (the API; the
     notifier's consumers) and the batch stages' consumers — taken from the running code, not
     from the document."""
     subjects = Subjects()
@@ -67,8 +67,7 @@ def subscribed_subjects() -> set[str]:
     }
     stages = {
         _wildcard(f)
-        for name, spec in service_consumers(subjects).items()
-        if name != "auditor"  # on FastStream: one of the application's subscribers
+        for spec in service_consumers(subjects).values()
         for f in spec.filter_subjects
     }
     return mine | notifier | stages

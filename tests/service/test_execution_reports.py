@@ -8,23 +8,27 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import nats
 from sqlalchemy import select
 
-from tests.service.helpers import Harness, propose, running_service, wait_until
+from tests.service.helpers import Harness, propose, running_service, unique_prefix, wait_until
 from workflow.messages import Executed
 from workflow.store.tables import EXECUTIONS
 
 
 async def _report(h: Harness, agent: str, released: dict[str, str], summary: str) -> None:
-    report = Executed(
+    await h.nc.jetstream().publish(h.subjects.executed(agent), _executed(agent, released, summary))
+
+
+def _executed(agent: str, released: dict[str, str], summary: str) -> bytes:
+    return Executed(
         release_id=released["release_id"],
         proposal_id=released["proposal_id"],
         agent=agent,
         success=True,
         summary=summary,
         finished_at=datetime.now(UTC),
-    )
-    await h.nc.jetstream().publish(h.subjects.executed(agent), report.model_dump_json().encode())
+    ).model_dump_json().encode()
 
 
 async def test_another_agent_cannot_report_a_release_and_the_owners_report_is_recorded(
@@ -54,3 +58,36 @@ async def test_another_agent_cannot_report_a_release_and_the_owners_report_is_re
         ]
         assert "released to agent victim" in refused[0]["message"]
         assert refused[0]["report"]["agent"] == "attacker"
+
+
+async def test_an_agents_reports_are_recorded_in_the_order_it_sent_them(
+    nats_url: str, tmp_path: Path, database_url: str
+) -> None:
+    """The first report of a release is the one recorded, even when several arrive in one
+    fetch: the service handles a fetched batch of reports in stream order, one at a time."""
+    prefix = unique_prefix()
+    async with running_service(nats_url, tmp_path, prefix=prefix, database_url=database_url) as h:
+        pid = await propose(h.nc, h.subjects, agent="victim", tool="read_file")
+        (released,) = await h.observer.wait_for("released", pid)
+        subject = h.subjects.executed("victim")
+    # While the service is stopped, the agent reports twelve times; the restarted service
+    # finds all twelve waiting and fetches them together.
+    nc = await nats.connect(nats_url)
+    try:
+        for i in range(12):
+            await nc.jetstream().publish(subject, _executed("victim", released, f"report {i}"))
+    finally:
+        await nc.close()
+    async with running_service(nats_url, tmp_path, prefix=prefix, database_url=database_url) as h:
+        assert h.service.ctx is not None
+        kinds = await wait_until(h.audit_kinds, lambda k: k.count("executed.repeated") == 11)
+        assert kinds.count("executed") == 1
+        async with h.service.ctx.store.db.engine.connect() as conn:
+            rows = (await conn.execute(select(EXECUTIONS))).all()
+        assert [(r.agent, r.summary) for r in rows] == [("victim", "report 0")]
+        repeated = [
+            json.loads(r.data)["summary"]
+            for r in await h.service.ctx.store.audit.rows()
+            if r.kind == "executed.repeated"
+        ]
+        assert repeated == [f"report {i}" for i in range(1, 12)]

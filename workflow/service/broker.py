@@ -1,19 +1,20 @@
-"""The service's FastStream application: the request/reply API, the auditor, and the events the
-stages publish — the source of the AsyncAPI document (`headgate schemas`).
+"""The service's FastStream application: the request/reply API and the events the stages
+publish — the source of the AsyncAPI document (`headgate schemas`).
 
-The low-rate subscribers run on FastStream: the API (`<prefix>.api.*`, core NATS, queue group
-`headgate-api`) and the auditor (`<prefix>.executed.>`, the durable pull consumer `auditor`).
-The intake and the collector stay on the batch runner (`workflow.service.stage`): FastStream's
-per-message overhead caps a JetStream stage at a fraction of what batched nats-py does, and a
-stage needs its whole batch for one transaction (docs/bench.md). They are described here from
-the consumer specs they run on (`streams.service_consumers`), so the document lists every
-subject the service reads, with a handler behind each. The notifier the service runs has an
-application of its own (`workflow.notify.broker`); the document joins the two.
+The API runs on FastStream (`<prefix>.api.*`, core NATS, queue group `headgate-api`). The
+JetStream stages — the intake, the collector and the auditor — run on the batch runner
+(`workflow.service.stage`): FastStream's per-message overhead caps a JetStream stage at a
+fraction of what batched nats-py does, a stage needs its whole batch for one transaction, and
+FastStream's pull subscriber handles a fetched batch's messages concurrently, where a stage
+needs them in stream order (an agent's first report of a release is the one recorded;
+docs/bench.md). They are described here from the consumer specs they run on
+(`streams.service_consumers`), so the document lists every subject the service reads, with a
+handler behind each. The notifier the service runs has an application of its own
+(`workflow.notify.broker`); the document joins the two.
 
 Handlers take no `Context` or `NatsMessage` parameter (each would cost a thread-pool hop per
 message): the broker runs with `apply_types=False` and a handler reads the message it serves
-from `broker.context`. The annotations document the payloads. Acks are ours (`AckPolicy.MANUAL`,
-`Settle`), not FastStream's default, which terminates a message whose handler raised.
+from `broker.context`. The annotations document the payloads.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from faststream import AckPolicy
-from faststream.nats import JStream, NatsBroker, NatsResponse, PullSub
+from faststream.nats import JStream, NatsBroker, NatsResponse
 from pydantic import BaseModel
 
 from workflow.controls import (
@@ -68,7 +68,6 @@ from workflow.messages import (
     WebInviteReply,
 )
 from workflow.service import api, controls_api, web_api
-from workflow.service.background import Auditor
 from workflow.service.context import ServiceContext
 from workflow.service.streams import service_consumers
 from workflow.subjects import Subjects
@@ -141,6 +140,7 @@ CONTROL_QUERIES = (
 STAGE_MESSAGES: dict[str, dict[str, type[BaseModel]]] = {
     "intake": {"proposals": Proposal},
     "collector": {"decisions": ApprovalDecision, "cancel": Cancel},
+    "auditor": {"executed": Executed},
 }
 
 #: What the service publishes: subject kind -> (message, description).
@@ -206,24 +206,6 @@ def build_app(
             broker, subjects.api_control(control.name), f"api.{control.name}",
             controls_api.answer, control, current, message,
         )  # fmt: skip
-
-    auditors: dict[int, Auditor] = {}
-
-    @broker.subscriber(
-        subjects.executed(">"),
-        stream=JStream(subjects.stream("executed"), declare=False),
-        durable="auditor",
-        pull_sub=PullSub(batch_size=64, timeout=1.0),
-        ack_policy=AckPolicy.MANUAL,
-        title="executed",
-        description="Agents report what happened when they ran a released call (audited).",
-    )
-    async def executed(body: Executed) -> None:
-        ctx = current()
-        auditor = auditors.get(id(ctx))
-        if auditor is None:
-            auditor = auditors[id(ctx)] = Auditor(ctx)
-        await auditor.handle(message())
 
     for kind, (model, description) in EVENTS.items():
         broker.publisher(

@@ -16,7 +16,6 @@ from faststream.nats import NatsBroker
 from faststream.nats.security import NatsCredentials, NatsNKey, NatsUserPassword
 from faststream.security import BaseSecurity
 from nats.aio.client import Client as NATS
-from nats.js import JetStreamContext
 
 from workflow import agent_identities, datadir
 from workflow.effects import AuditEntry
@@ -26,7 +25,7 @@ from workflow.policy.load import load_policy
 from workflow.policy.model import Policy
 from workflow.service import memtrace
 from workflow.service.agent_access import AgentAccess
-from workflow.service.background import every
+from workflow.service.background import Auditor, every
 from workflow.service.broker import build_app
 from workflow.service.collector import Collector
 from workflow.service.context import ServiceContext
@@ -40,8 +39,6 @@ from workflow.service.retention import pruner
 from workflow.service.settings import Settings, load_settings_policy, protect_data_dir
 from workflow.service.stage import PullStage, RetryPolicy
 from workflow.service.streams import (
-    ConsumerSpec,
-    ensure_consumer,
     ensure_streams,
     service_consumers,
 )
@@ -276,12 +273,20 @@ class Service:
                 ctx.now(),
             )
             collector = Collector(ctx)
-            self.stages.append(
+            # The auditor is a batch stage too: a fetched batch of reports is recorded in
+            # stream order, one at a time, so an agent's first report of a release is the one
+            # recorded (a FastStream pull subscriber handles a fetched batch concurrently).
+            auditor = Auditor(ctx)
+            self.stages += [
                 PullStage(
                     nc, js, consumers["collector"], collector, batch=64, metrics=m,
                     settle=collector.settle,
-                )
-            )  # fmt: skip
+                ),
+                PullStage(
+                    nc, js, consumers["auditor"], auditor, batch=64, metrics=m,
+                    settle=auditor.settle,
+                ),
+            ]  # fmt: skip
             # Before the stages run: the notifier must not miss the first held request.
             await self._start_outreach(ctx)
         for stage in self.stages:
@@ -296,7 +301,7 @@ class Service:
             self._policy_mtime = s.policy_path.stat().st_mtime
             self.supervisor.start("policy watcher", lambda _: self._watch_policy())
         if not s.intake_worker:
-            await self._start_broker(js, consumers["auditor"])
+            await self._start_broker()
             await self._start_hooks(signer)
             await self._start_agent_access()
             if s.intake_processes > 1:
@@ -377,11 +382,9 @@ class Service:
             self._stop_embedded()
             raise
 
-    async def _start_broker(self, js: JetStreamContext, auditor: ConsumerSpec) -> None:
-        """Start the FastStream application: the API and the auditor (its durable first, with
-        the service's consumer settings: FastStream binds to it)."""
+    async def _start_broker(self) -> None:
+        """Start the FastStream application: the API."""
         s = self.settings
-        await ensure_consumer(js, auditor)
         self.broker = build_app(
             self.subjects,
             self.url.split(","),
@@ -476,7 +479,7 @@ class Service:
                 api_ok = await asyncio.wait_for(self.broker.ping(2), 3)
             except Exception:
                 api_ok = False
-            checks["api"] = "ok" if api_ok else "the API and auditor connection is down"
+            checks["api"] = "ok" if api_ok else "the API connection is down"
         problems = self.supervisor.problems()
         checks["stages"] = (
             "; ".join(f"{name} {why}" for name, why in sorted(problems.items())) or "ok"
