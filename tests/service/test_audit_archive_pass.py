@@ -7,15 +7,18 @@ Archives of either kind verify against the anchor with `headgate audit verify --
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from workflow.effects import AuditEntry
-from workflow.service.retention import prune_audit
+from workflow.policy.retention import RetentionSpec
+from workflow.service.retention import prune_audit, sweep_partials
 from workflow.store.archive import (
     ArchiveWriter,
     archive_file,
@@ -217,3 +220,28 @@ async def test_older_per_chunk_archives_and_a_pass_archive_verify_together(
     skipping = ["--archive", archives[0], "--archive", archives[2]]
     gap = subprocess.run([*cli, *skipping], capture_output=True, text=True, check=False)
     assert gap.returncode == 1
+
+
+async def test_partial_files_left_by_interrupted_writers_are_swept_and_live_ones_kept(
+    tmp_path: Path,
+) -> None:
+    """A writer killed mid-way leaves its partial file; the pruner removes it once it has not
+    been written for an hour, and leaves alone a partial file being written (another
+    replica's pass) and every archive, however old."""
+    directory = tmp_path / "audit-archive"
+    directory.mkdir()
+    hours_ago = time.time() - 2 * 3600
+    left = [directory / ".audit-000000000001.4242.partial", directory / "pruning-pass.json.partial"]
+    kept = [
+        directory / "audit-000000000001-000000001000.jsonl",  # an archive, old
+        directory / ".audit-000000001001.4243.partial",  # being written now
+    ]
+    for path in left + kept:
+        path.write_text("{}\n")
+    for path in [*left, kept[0]]:
+        os.utime(path, (hours_ago, hours_ago))
+    spec = RetentionSpec(audit=86400, audit_archive="audit-archive")
+    assert sorted(await sweep_partials(spec, tmp_path)) == sorted(left)
+    assert sorted(directory.iterdir()) == sorted(kept)
+    assert await sweep_partials(RetentionSpec(), tmp_path) == []  # no audit pruning: no sweep
+    assert sorted(directory.iterdir()) == sorted(kept)

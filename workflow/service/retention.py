@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -21,11 +23,13 @@ from workflow.service import allocator
 from workflow.service.context import ServiceContext
 from workflow.service.streams import DUPLICATE_WINDOW
 from workflow.store.archive import (
+    STALE_PARTIAL,
     ArchiveWriter,
     PassUnderWay,
     end_pass,
     last_record,
     pass_under_way,
+    remove_stale_partials,
 )
 from workflow.store.audit import AuditRecord
 from workflow.store.chain import seq_label
@@ -63,10 +67,8 @@ async def prune_once(ctx: ServiceContext, data_dir: Path) -> Pruned:
     outbox = await _repeat(
         lambda: store.prune_outbox(now - timedelta(seconds=DUPLICATE_WINDOW), CHUNK)
     )
-    if spec.audit and spec.audit_archive:
-        directory = Path(spec.audit_archive)
-        if not directory.is_absolute():
-            directory = data_dir / directory
+    directory = archive_directory(spec, data_dir)
+    if directory is not None:
         try:
             audit = await prune_audit(store, directory, now - timedelta(seconds=spec.audit), now)
         except ConcurrentUpdate:
@@ -77,6 +79,26 @@ async def prune_once(ctx: ServiceContext, data_dir: Path) -> Pruned:
             proposals, outbox, audit,
         )  # fmt: skip
     return Pruned(proposals, outbox, audit)
+
+
+def archive_directory(spec: RetentionSpec, data_dir: Path) -> Path | None:
+    """Where pruned audit records are archived; None when the audit is not pruned."""
+    if not (spec.audit and spec.audit_archive):
+        return None
+    directory = Path(spec.audit_archive)
+    return directory if directory.is_absolute() else data_dir / directory
+
+
+async def sweep_partials(spec: RetentionSpec, data_dir: Path) -> list[Path]:
+    """Remove the partial files interrupted writers left in the archive directory (the
+    pruner's, at its start and then hourly: a pass itself never lists the directory)."""
+    directory = archive_directory(spec, data_dir)
+    if directory is None:
+        return []
+    removed = await asyncio.to_thread(remove_stale_partials, directory)
+    for stale in removed:
+        log.warning("retention: removed %s, left by a writer that was interrupted", stale)
+    return removed
 
 
 async def prune_audit(
@@ -204,9 +226,14 @@ async def _repeat(step: object, chunk: int = CHUNK) -> int:
 
 async def pruner(ctx: ServiceContext, data_dir: Path, stopping: asyncio.Event) -> None:
     """Prune every `retention.interval` seconds until `stopping` is set; a failed pass is
-    logged and retried at the next."""
+    logged and retried at the next. Partial files left by interrupted writers are swept at
+    the start and then every `STALE_PARTIAL` seconds."""
+    swept = -math.inf
     while not stopping.is_set():
         try:
+            if time.monotonic() - swept >= STALE_PARTIAL:
+                swept = time.monotonic()
+                await sweep_partials(ctx.policy.retention, data_dir)
             pruned = await prune_once(ctx, data_dir)
             if pruned != Pruned():
                 # What a pass read and freed (the audit prefix, the archive's text) leaves

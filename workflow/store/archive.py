@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections.abc import AsyncIterable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,6 +181,33 @@ def pass_under_way(directory: Path, chain: int = 1) -> PassUnderWay | None:
 
 def end_pass(directory: Path, chain: int = 1) -> None:
     (directory / pass_file(chain)).unlink(missing_ok=True)
+
+
+#: How long a partial file may go unwritten before it counts as left behind: a pass writes its
+#: archive a chunk at a time within seconds, and a pass record is written in one go.
+STALE_PARTIAL = 3600.0
+
+
+def remove_stale_partials(directory: Path, *, older_than: float = STALE_PARTIAL) -> list[Path]:
+    """Remove the partial files a writer stopped mid-way left in `directory` (a crash, a kill:
+    `.audit-<first>.<pid>.partial`, `pruning-pass*.json.partial`, an export's
+    `<name>.partial`), once not written for `older_than` seconds — another replica's archive
+    under way is written to every few seconds and is left alone. Returns what was removed.
+    Never an archive: only names ending in `.partial`."""
+    cutoff = time.time() - older_than
+    removed = []
+    try:
+        candidates = list(directory.glob("*.partial")) + list(directory.glob(".*.partial"))
+    except OSError:
+        return []
+    for path in sorted(set(candidates)):
+        try:
+            if path.is_file() and path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed.append(path)
+        except FileNotFoundError:
+            continue  # its writer finished or another replica removed it
+    return removed
 
 
 def last_record(path: Path) -> AuditRow | None:
