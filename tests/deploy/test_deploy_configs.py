@@ -829,3 +829,40 @@ def test_install_instructions_do_not_name_an_unpublished_package() -> None:
     for path in (DEPLOY / "systemd" / "headgate.service", DEPLOY.parent / "README.md",
                  DEPLOY / "README.md"):  # fmt: skip
         assert not unpublished.search(path.read_text()), path
+
+
+def _allowed(user: str) -> dict[str, list[str]]:
+    """The `publish` and `subscribe` allow lists of `user`'s block in accounts.conf."""
+    text = (NATS_DIR / "accounts.conf").read_text()
+    block = text[text.index(f"user: {user}\n") :]
+    block = block[: block.index("\n      }\n")]
+    lists = {}
+    for kind in ("publish", "subscribe"):
+        part = block[block.index(f"{kind}: {{") :]
+        part = part[: part.index("]")]
+        lines = [line.split("#")[0] for line in part.splitlines()]
+        lists[kind] = re.findall(r'"([^"]+)"', "\n".join(lines))
+    return lists
+
+
+@pytest.mark.parametrize(("user", "role"), [("builder-7", "agent"), ("alice", "approver")])
+def test_the_deploy_readmes_permission_table_lists_every_subject_accounts_conf_allows(
+    user: str, role: str
+) -> None:
+    """deploy/README.md's table of users and permissions says what the template in
+    accounts.conf allows, subject for subject (`<agent>`/`<name>` for the template's user)."""
+    placeholder = "<agent>" if role == "agent" else "<name>"
+    rows = {
+        line.split("|")[1].strip(): line.split("|")[2:4]
+        for line in (DEPLOY / "README.md").read_text().splitlines()
+        if line.startswith("| ")
+    }
+    (row,) = [cells for name, cells in rows.items() if name.startswith(role)]
+    allowed = _allowed(user)
+    assert allowed["publish"]
+    assert allowed["subscribe"]
+    for kind, cell in zip(("publish", "subscribe"), row, strict=True):
+        for subject in allowed[kind]:
+            named = subject.replace(user, placeholder)
+            also = named.endswith(".>") and f"`{named[:-2]}` (and `.>`)" in cell
+            assert f"`{named}`" in cell or also, f"{role} {kind}: {named} is not in the table"
