@@ -66,9 +66,7 @@ def subscribed_subjects() -> set[str]:
         for address in getattr(sub, "filter_subjects")  # noqa: B009
     }
     stages = {
-        _wildcard(f)
-        for spec in service_consumers(subjects).values()
-        for f in spec.filter_subjects
+        _wildcard(f) for spec in service_consumers(subjects).values() for f in spec.filter_subjects
     }
     return mine | notifier | stages
 

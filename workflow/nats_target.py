@@ -128,20 +128,24 @@ class NatsTarget:
     def ssl_context(self) -> Any:
         """The `ssl.SSLContext` these settings describe: the CAs to trust (else the system's),
         the client certificate to present (if any)."""
-        import ssl  # only where TLS is used: the per-call hook path must start fast
+        return tls_context(self.tls_ca, self.tls_cert, self.tls_key)
 
-        try:
-            context = ssl.create_default_context(cafile=str(self.tls_ca) if self.tls_ca else None)
-            if self.tls_cert is not None:
-                context.load_cert_chain(
-                    str(self.tls_cert), str(self.tls_key) if self.tls_key else None
-                )
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(
-                f"cannot use the TLS files (certificate {self.tls_cert}, key {self.tls_key}, "
-                f"CA {self.tls_ca}): {exc}"
-            ) from exc
-        return context
+
+def tls_context(ca: Path | None, cert: Path | None, key: Path | None) -> Any:
+    """An `ssl.SSLContext` for a NATS client: trusting the CAs in `ca` (else the system's),
+    presenting the client certificate `cert` with its `key` (if given). A clear `ConfigError`
+    names the files when one cannot be used."""
+    import ssl  # only where TLS is used: the per-call hook path must start fast
+
+    try:
+        context = ssl.create_default_context(cafile=str(ca) if ca else None)
+        if cert is not None:
+            context.load_cert_chain(str(cert), str(key) if key else None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"cannot use the TLS files (certificate {cert}, key {key}, CA {ca}): {exc}"
+        ) from exc
+    return context
 
 
 def data_dir_from(data_dir: Path | str | None, env: Mapping[str, str]) -> Path:

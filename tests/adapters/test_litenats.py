@@ -7,7 +7,6 @@ import base64
 import json
 import os
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ import nacl.signing
 import nkeys
 import pytest
 
+from tests.support.certs import mtls_config, self_signed, server_certificate
 from tests.support.natsproc import free_ports
 from workflow.adapters.litenats import (
     Connection,
@@ -321,20 +321,7 @@ def test_headers_round_trip_with_a_status() -> None:
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A self-signed certificate for 127.0.0.1 (and its key), made with openssl."""
-    return _self_signed(
-        tmp_path_factory.mktemp("tls"), "127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"
-    )
-
-
-def _self_signed(where: Path, name: str, *extra: str) -> Path:
-    """A self-signed certificate (`cert.pem`) and its key (`key.pem`) in `where`, by openssl."""
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-days", "2", "-subj", f"/CN={name}", *extra,
-         "-keyout", str(where / "key.pem"), "-out", str(where / "cert.pem")],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return where
+    return server_certificate(tmp_path_factory.mktemp("tls"))
 
 
 def test_tls_when_the_url_says_so_or_the_server_requires_it(
@@ -402,7 +389,7 @@ def test_the_servers_pings_are_answered_while_waiting(server_with: object) -> No
 @pytest.fixture(scope="module")
 def client_certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A self-signed client certificate (its own CA, which the server is told to trust)."""
-    return _self_signed(tmp_path_factory.mktemp("tls-client"), "headgate-hook")
+    return self_signed(tmp_path_factory.mktemp("tls-client"), "headgate-hook")
 
 
 def test_client_certificates_and_tls_before_info_as_the_sdk_sets_them(
@@ -412,13 +399,7 @@ def test_client_certificates_and_tls_before_info_as_the_sdk_sets_them(
     (`handshake_first`): the light client connects with the settings `resolve_nats` reads from
     the environment — the same `NatsTarget` the SDK connects with — and not without them."""
     server = server_with(  # type: ignore[operator]
-        "tls {\n"
-        f'  cert_file: "{certificate / "cert.pem"}"\n'
-        f'  key_file: "{certificate / "key.pem"}"\n'
-        f'  ca_file: "{client_certificate / "cert.pem"}"\n'
-        "  verify: true\n"
-        "  handshake_first: true\n"
-        "}\n",
+        mtls_config(certificate, client_certificate),
         "mtls",
     )
     env = {

@@ -21,14 +21,18 @@ async def _report(h: Harness, agent: str, released: dict[str, str], summary: str
 
 
 def _executed(agent: str, released: dict[str, str], summary: str) -> bytes:
-    return Executed(
-        release_id=released["release_id"],
-        proposal_id=released["proposal_id"],
-        agent=agent,
-        success=True,
-        summary=summary,
-        finished_at=datetime.now(UTC),
-    ).model_dump_json().encode()
+    return (
+        Executed(
+            release_id=released["release_id"],
+            proposal_id=released["proposal_id"],
+            agent=agent,
+            success=True,
+            summary=summary,
+            finished_at=datetime.now(UTC),
+        )
+        .model_dump_json()
+        .encode()
+    )
 
 
 async def test_another_agent_cannot_report_a_release_and_the_owners_report_is_recorded(

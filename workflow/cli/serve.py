@@ -68,6 +68,41 @@ def serve(
         str | None,
         typer.Option("--nats-nkey", envvar="HEADGATE_NATS_NKEY", help="NATS nkey seed file."),
     ] = None,
+    nats_tls_ca: Annotated[
+        Path | None,
+        typer.Option(
+            "--nats-tls-ca",
+            envvar="HEADGATE_NATS_TLS_CA",
+            help="TLS to an external NATS server: the CA certificates (PEM) to trust instead of "
+            "the system's.",
+        ),
+    ] = None,
+    nats_tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            "--nats-tls-cert",
+            envvar="HEADGATE_NATS_TLS_CERT",
+            help="TLS: the client certificate (PEM) to present, for a server that verifies "
+            "clients.",
+        ),
+    ] = None,
+    nats_tls_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--nats-tls-key",
+            envvar="HEADGATE_NATS_TLS_KEY",
+            help="TLS: the client certificate's private key (PEM).",
+        ),
+    ] = None,
+    nats_tls_first: Annotated[
+        bool,
+        typer.Option(
+            "--nats-tls-first",
+            envvar="HEADGATE_NATS_TLS_HANDSHAKE_FIRST",
+            help="TLS from the first byte, before the server's INFO (a server with "
+            "`handshake_first`).",
+        ),
+    ] = False,
     nats_port: Annotated[
         int | None,
         typer.Option(
@@ -238,6 +273,10 @@ def serve(
         nats_password=nats_password,
         nats_creds=nats_creds,
         nats_nkey=nats_nkey,
+        nats_tls_ca=nats_tls_ca,
+        nats_tls_cert=nats_tls_cert,
+        nats_tls_key=nats_tls_key,
+        nats_tls_first=nats_tls_first,
         nats_port=nats_port,
         metrics_port=metrics_port,
         metrics_host=metrics_host,

@@ -10,10 +10,10 @@ import os
 import signal
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from faststream.nats import NatsBroker
-from faststream.nats.security import NatsCredentials, NatsNKey, NatsUserPassword
+from faststream.nats.security import NatsCredentials, NatsNKey, NatsSecurity, NatsUserPassword
 from faststream.security import BaseSecurity
 from nats.aio.client import Client as NATS
 
@@ -68,6 +68,9 @@ async def connect_nats(
         log.warning("NATS: %s", exc)
 
     current: list[NATS] = []
+    tls: dict[str, Any] = {}
+    if settings.nats_tls:
+        tls = {"tls": settings.nats_ssl_context(), "tls_handshake_first": settings.nats_tls_first}
 
     async def on_disconnect() -> None:
         if current and (current[0].is_draining or current[0].is_closed):
@@ -99,6 +102,7 @@ async def connect_nats(
                     password=settings.nats_password,
                     user_credentials=settings.nats_creds,
                     nkeys_seed=nkey if nkey is not None else settings.nats_nkey,
+                    **tls,
                 ),
                 attempt,
             )
@@ -216,6 +220,7 @@ class Service:
             self.health = HealthServer(None, self.readiness, s.metrics_host, s.metrics_port)
             await self.health.start()
         self._bind_hooks()  # early too: a taken port stops the start before anything
+        s.nats_ssl_context()  # a TLS file that cannot be used stops the start before anything
         nkey = s.nats_nkey
         if s.nats_url:
             self.url = s.nats_url
@@ -450,6 +455,14 @@ class Service:
             options += ["--nats-nkey", str(self._access_seed)]
         elif s.nats_nkey:
             options += ["--nats-nkey", s.nats_nkey]
+        for flag, path in (
+            ("--nats-tls-ca", s.nats_tls_ca), ("--nats-tls-cert", s.nats_tls_cert),
+            ("--nats-tls-key", s.nats_tls_key),
+        ):  # fmt: skip
+            if path is not None:
+                options += [flag, str(path)]
+        if s.nats_tls_first:
+            options += ["--nats-tls-first"]
         if s.metrics_port is not None:  # one scrape target per process: the next ports up
             options += ["--metrics-port", str(s.metrics_port + index + 1 if s.metrics_port else 0)]
             options += ["--metrics-host", s.metrics_host]
@@ -629,13 +642,19 @@ def _listen_error(exc: HeadgateError, port: int) -> HeadgateError:
 
 
 def _security(s: Settings, nkey: str | None) -> BaseSecurity | None:
-    """The FastStream application authenticates as the service's own connection does."""
+    """The FastStream applications authenticate, and speak TLS, as the service's own
+    connection does."""
+    tls: dict[str, Any] = {}
+    if s.nats_tls:
+        tls = {"ssl_context": s.nats_ssl_context(), "tls_handshake_first": s.nats_tls_first}
     if s.nats_creds:
-        return NatsCredentials(Path(s.nats_creds))
+        return NatsCredentials(Path(s.nats_creds), **tls)
     if nkey:
-        return NatsNKey.from_file(nkey)
+        return NatsNKey.from_file(nkey, **tls)
     if s.nats_user:
-        return NatsUserPassword(s.nats_user, s.nats_password or "")
+        return NatsUserPassword(s.nats_user, s.nats_password or "", **tls)
+    if tls:
+        return NatsSecurity(**tls)
     return None
 
 

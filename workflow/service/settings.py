@@ -6,8 +6,11 @@ import getpass
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from workflow import datadir
+from workflow.errors import ConfigError
+from workflow.nats_target import tls_context
 from workflow.policy.load import load_policy
 from workflow.policy.model import Policy, default_policy
 from workflow.policy.schema import Approver
@@ -39,6 +42,12 @@ class Settings:
     nats_creds: str | None = None
     #: An nkey seed file to authenticate with (`--nats-nkey`).
     nats_nkey: str | None = None
+    #: TLS to an external NATS server (`--nats-tls-*`): the CAs to trust instead of the
+    #: system's, a client certificate and its key, TLS before the server's INFO.
+    nats_tls_ca: Path | None = None
+    nats_tls_cert: Path | None = None
+    nats_tls_key: Path | None = None
+    nats_tls_first: bool = False
     #: The embedded server's port: None = the one recorded in the data dir (else a free one),
     #: 0 = a free one.
     nats_port: int | None = None
@@ -74,6 +83,26 @@ class Settings:
     @property
     def db_url(self) -> str:
         return self.database_url or datadir.sqlite_url(self.data_dir)
+
+    @property
+    def nats_tls(self) -> bool:
+        """TLS settings were given: the service's NATS connections speak TLS."""
+        return bool(self.nats_tls_ca or self.nats_tls_cert or self.nats_tls_first)
+
+    def nats_ssl_context(self) -> Any | None:
+        """The `ssl.SSLContext` of the `--nats-tls-*` settings (None without them); a clear
+        `ConfigError` when a file cannot be used or they do not apply."""
+        if not self.nats_tls:
+            return None
+        if not self.nats_url:
+            raise ConfigError(
+                "--nats-tls-ca, --nats-tls-cert, --nats-tls-key and --nats-tls-first are for an "
+                "external NATS server (--nats-url); the embedded server listens on 127.0.0.1 "
+                "without TLS"
+            )
+        if self.nats_tls_key is not None and self.nats_tls_cert is None:
+            raise ConfigError("--nats-tls-key needs --nats-tls-cert, the certificate it is for")
+        return tls_context(self.nats_tls_ca, self.nats_tls_cert, self.nats_tls_key)
 
 
 def protect_data_dir(policy: Policy, data_dir: Path) -> Policy:
