@@ -409,9 +409,10 @@ async def test_agent_reads_its_results_and_only_its_own(service: Conn, connect: 
     mine = "$JS.API.CONSUMER.CREATE.HEADGATE_RESULTS.agent-builder-7.headgate.released.builder-7"
     reply = await agent.nc.request(mine, request.encode(), timeout=2)
     assert "did not match filtered subject" in json.loads(reply.data)["error"]["description"]
-    # Another consumer name, the unfiltered create, other streams: all refused.
+    # Another agent's durable (a deny line per other agent), the unfiltered create, other
+    # streams: all refused.
     for subject in [
-        "$JS.API.CONSUMER.CREATE.HEADGATE_RESULTS.agent-someone-else.headgate.released.builder-7",
+        "$JS.API.CONSUMER.CREATE.HEADGATE_RESULTS.agent-reviewer-2.headgate.released.builder-7",
         "$JS.API.CONSUMER.CREATE.HEADGATE_RESULTS.agent-builder-7",
         "$JS.API.CONSUMER.DURABLE.CREATE.HEADGATE_RESULTS.agent-builder-7",
         "$JS.API.CONSUMER.MSG.NEXT.HEADGATE_INBOX.approver-alice",
@@ -866,3 +867,50 @@ def test_the_deploy_readmes_permission_table_lists_every_subject_accounts_conf_a
             named = subject.replace(user, placeholder)
             also = named.endswith(".>") and f"`{named[:-2]}` (and `.>`)" in cell
             assert f"`{named}`" in cell or also, f"{role} {kind}: {named} is not in the table"
+
+
+async def test_the_agent_sdk_runs_as_the_deploy_agent_user(
+    single_server: NatsProcess, tmp_path: Path
+) -> None:
+    """The Python SDK as `builder-7` with the template's permissions and nothing more: its
+    results router (an ordered consumer, named afresh) sees a read released, and its worker
+    reads the durable `agent-builder-7` and runs a queued call once."""
+    from workflow.client.agent import Headgate
+    from workflow.messages import Released
+    from workflow.nats_target import NatsTarget
+    from workflow.service.lifecycle import Service
+    from workflow.service.settings import Settings
+
+    service = Service(Settings(
+        data_dir=tmp_path / "service", nats_url=single_server.url, nats_user=SERVICE,
+        nats_password=f"{SERVICE}-dev-password",
+    ))  # fmt: skip
+    await service.start()
+    violations = Violations()
+    target = NatsTarget(
+        single_server.url, user=AGENT, password=f"{AGENT}-dev-password",
+        inbox_prefix=f"_INBOX.{AGENT}",
+    )  # fmt: skip
+    try:
+        async with Headgate.connect(
+            target, agent=AGENT, state_dir=tmp_path / "agent", data_dir=tmp_path / "service",
+            error_cb=violations.record,
+        ) as hg:  # fmt: skip
+            ticket = await hg.propose("read_file", {"path": "/w/README.md"})
+            outcome = await ticket.result(timeout=20)
+            assert isinstance(outcome, Released), outcome
+            ran: list[str] = []
+            stop = asyncio.Event()
+
+            async def read_file(path: str) -> str:
+                ran.append(path)
+                stop.set()
+                return "12 lines"
+
+            await hg.enqueue("read_file", {"path": "/w/notes.md"})
+            worker = asyncio.create_task(hg.run_released({"read_file": read_file}, stop=stop))
+            await asyncio.wait_for(worker, 30)
+            assert ran == ["/w/notes.md"]
+        assert violations.errors == []
+    finally:
+        await service.stop()
