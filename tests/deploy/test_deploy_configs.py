@@ -914,3 +914,53 @@ async def test_the_agent_sdk_runs_as_the_deploy_agent_user(
         assert violations.errors == []
     finally:
         await service.stop()
+
+
+async def test_the_approver_sdk_approves_as_the_deploy_approver_user(
+    single_server: NatsProcess, tmp_path: Path
+) -> None:
+    """The approver SDK as `alice` with the template's permissions: it reads the held call
+    from its durable `approver-alice`, signs an approval, and the agent's call is released."""
+    from workflow.client.agent import Headgate
+    from workflow.client.approver import Approver
+    from workflow.messages import Released
+    from workflow.nats_target import NatsTarget
+    from workflow.service.lifecycle import Service
+    from workflow.service.settings import Settings
+    from workflow.signing import ApproverKey
+
+    key = ApproverKey.generate()
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'[approvers.{APPROVER}]\nkey = "{key.public_key}"\nroles = ["approver"]\n')
+    service = Service(Settings(
+        data_dir=tmp_path / "service", nats_url=single_server.url, nats_user=SERVICE,
+        nats_password=f"{SERVICE}-dev-password", policy_path=policy,
+    ))  # fmt: skip
+    await service.start()
+
+    def target(user: str) -> NatsTarget:
+        return NatsTarget(
+            single_server.url, user=user, password=f"{user}-dev-password",
+            inbox_prefix=f"_INBOX.{user}",
+        )  # fmt: skip
+
+    violations = Violations()
+    try:
+        async with (
+            Headgate.connect(target(AGENT), agent=AGENT, data_dir=tmp_path / "service") as hg,
+            Approver.connect(
+                target(APPROVER), name=APPROVER, key=key, data_dir=tmp_path / "service",
+                error_cb=violations.record,
+            ) as approver,
+        ):  # fmt: skip
+            ticket = await hg.propose("write_file", {"path": "/w/out.txt", "content": "x"})
+            assert ticket.held
+            async for item in approver.inbox():
+                assert item.proposal_id == ticket.proposal_id
+                await item.approve(reason="fine")
+                break
+            outcome = await ticket.result(timeout=20)
+            assert isinstance(outcome, Released), outcome
+        assert violations.errors == []
+    finally:
+        await service.stop()
