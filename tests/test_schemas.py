@@ -50,6 +50,7 @@ def test_every_wire_model_has_a_schema_and_the_asyncapi_document_lists_every_han
         "escalated",
         "notified",
         "controls",
+        "grants",
     }
 
 

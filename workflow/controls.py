@@ -98,6 +98,22 @@ class GrantInfo(Wire):
     status: str = Field(description="active, used_up, expired or revoked.")
 
 
+class GrantChanged(Wire):
+    """A grant was issued or revoked (`<prefix>.controls.grant.issued`, `.revoked`).
+
+    The news for live inboxes, other approvers and auditors, signed like every event: a grant
+    releases calls that no one is asked about until it expires, is used up or is revoked, so
+    who granted what is told as it happens. The database row and its audit record are what
+    the intake reads.
+    """
+
+    change: Literal["issued", "revoked"]
+    message: str = Field(description="What happened, in a sentence.")
+    by: str = Field(description="The approver who issued or revoked it.")
+    at: AwareDatetime
+    grant: GrantInfo = Field(description="The grant as it stands after the change.")
+
+
 class GrantsQuery(Wire):
     """List grants (`<prefix>.api.grant.list`): the active ones, or every one with `all`."""
 
@@ -223,6 +239,7 @@ CONTROL_MODELS: dict[str, type[BaseModel]] = {
     "api_freeze_reply": FreezeReply,
     "api_freezes_query": FreezesQuery,
     "controls_freeze_changed": FreezeChanged,
+    "controls_grant_changed": GrantChanged,
     "api_backtest_query": BacktestQuery,
     "api_backtest_reply": BacktestReply,
 }

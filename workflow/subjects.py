@@ -69,6 +69,11 @@ class Subjects:
         """`<prefix>.controls.<change>`: news of the approvers' controls (`freeze`, `thaw`)."""
         return f"{self.prefix}.controls.{change}"
 
+    def grants(self, change: str = "*") -> str:
+        """`<prefix>.controls.grant.<change>`: a grant `issued` or `revoked` (in the controls
+        stream, beside the freezes)."""
+        return f"{self.prefix}.controls.grant.{change}"
+
     def dead(self, stage: str = "*") -> str:
         return f"{self.prefix}.dead.{stage}"
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import nats
 import pytest
+from nats.aio.msg import Msg
 from typer.testing import CliRunner
 
 from tests.service.helpers import (
@@ -26,6 +27,8 @@ from workflow.cli import app
 from workflow.client.approver import Approver
 from workflow.client.transport import ApiRefused
 from workflow.client.verify import DigestMismatch
+from workflow.controls import GrantChanged
+from workflow.eventsig import verify_event
 from workflow.messages import ApprovalRecord, InboxItem
 from workflow.signing import ApproverKey, ServiceKey, verify_record
 
@@ -105,6 +108,8 @@ async def test_a_command_grant_releases_calls_starting_with_its_prefix_until_rev
     nats_url: str, tmp_path: Path, database_url: str
 ) -> None:
     async with replicas(nats_url, tmp_path, database_url) as (h,):
+        news: asyncio.Queue[Msg] = asyncio.Queue()
+        await h.nc.subscribe(h.subjects.grants(">"), cb=news.put)
         _, made = await approved_with_grant(h, "npm test")
         assert made.command_prefix == ["npm", "test"]
         assert made.agent == "agent-1"
@@ -130,6 +135,29 @@ async def test_a_command_grant_releases_calls_starting_with_its_prefix_until_rev
         assert [(g.grant_id, g.uses, g.status) for g in listed] == [(made.grant_id, 1, "active")]
 
         await approver(h).revoke(made.grant_id, "done for today")
+        # Each change was told, signed by the service, with the grant as it then stood.
+        assert h.service.ctx is not None
+        service_key = h.service.ctx.signer.public_key
+        told = [await asyncio.wait_for(news.get(), 10) for _ in range(2)]
+        assert [m.subject for m in told] == [
+            h.subjects.grants("issued"),
+            h.subjects.grants("revoked"),
+        ]
+        assert all(verify_event(service_key, m.subject, m.data, m.headers) for m in told)
+        issued, revoked = (GrantChanged.model_validate_json(m.data) for m in told)
+        assert (issued.change, issued.by, issued.grant.grant_id) == (
+            "issued",
+            "alice",
+            made.grant_id,
+        )
+        assert (issued.grant.status, issued.grant.uses) == ("active", 0)
+        assert "npm test" in issued.message
+        assert (revoked.change, revoked.grant.status, revoked.grant.uses) == (
+            "revoked",
+            "revoked",
+            1,
+        )
+        assert revoked.grant.revoked_by == "alice"
         after = await propose(h.nc, h.subjects, tool="run_shell", arguments={"command": "npm test"})
         assert await outcome(h, after) == "held"
         assert await approver(h).grants() == []

@@ -33,6 +33,7 @@ from workflow.controls import (
     FreezeOrder,
     FreezeReply,
     FreezesQuery,
+    GrantChanged,
     GrantInfo,
     GrantIssue,
     GrantRevoke,
@@ -152,6 +153,7 @@ EVENTS: dict[str, tuple[type[BaseModel], str]] = {
     "dead": (DeadLetter, "Input a stage could not process, with the error (operators)."),
     "escalated": (Escalated, "A step of a held request's escalation ladder (notifiers)."),
     "controls": (FreezeChanged, "A freeze put in force (`freeze`) or lifted (`thaw`)."),
+    "grants": (GrantChanged, "A grant issued or revoked (approvers, auditors)."),
 }
 
 ContextSource = Callable[[], ServiceContext | None]

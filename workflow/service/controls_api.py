@@ -12,6 +12,9 @@ A grant is authorised like a decision on the request it was made from: the signi
 be a registered approver's, who may approve that call (workspace, the roles its requirement
 asks for, not running the agent), and the call must be one a single approval could release
 (`workflow.policy.grants.not_grantable`). Every refusal is audited, like a refused decision.
+An issue, a revocation, a freeze and a thaw that lifted something are also news: a signed
+event on `<prefix>.controls.*` (`.grant.issued`, `.grant.revoked`), written to the outbox in
+the transaction that makes the change.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from datetime import timedelta
-from typing import Any
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -32,6 +36,8 @@ from workflow.controls import (
     FreezeOrder,
     FreezeReply,
     FreezesQuery,
+    GrantChanged,
+    GrantInfo,
     GrantIssue,
     GrantRevoke,
     GrantScope,
@@ -142,16 +148,50 @@ async def issue(ctx: ServiceContext, raw: dict[str, Any], body: GrantIssue) -> B
             "grant": raw,
         },
     )
-    if not await ctx.store.grants.issue(values, [audit], now):
+    message = f"{name} granted {terms.describe()} until {body.expires_at.isoformat()}."
+    events: list[OutboxEvent] = []
+    issued = await ctx.store.grants.issue(
+        values, [audit], now, _news(ctx, "issued", message, name, now, events)
+    )
+    if issued is None:
         return await _refused(
             ctx, "grant.refused", body, raw,
             f"A grant with id {body.grant_id} or nonce {body.nonce} exists already (a replay).",
             body.request_id,
         )  # fmt: skip
-    log.info("%s granted %s until %s", name, terms.describe(), body.expires_at.isoformat())
-    found = await ctx.store.grants.get(body.grant_id, now)
-    assert found is not None
-    return found
+    log.info("%s", message)
+    await _tell(ctx, events, "grant")
+    return issued
+
+
+def _news(
+    ctx: ServiceContext, change: Literal["issued", "revoked"], message: str, by: str,
+    now: datetime, events: list[OutboxEvent],
+) -> Callable[[GrantInfo], list[OutboxEvent]]:  # fmt: skip
+    """The news of a grant's change, made in the store's transaction from the grant as stored
+    (`GrantChanged` on `<prefix>.controls.grant.<change>`) and kept in `events` to publish
+    once it is committed; a retried transaction makes it once."""
+
+    def made(grant: GrantInfo) -> list[OutboxEvent]:
+        event = GrantChanged(change=change, message=message, by=by, at=now, grant=grant)
+        events[:] = [
+            OutboxEvent(
+                msg_id=f"grant.{change}:{grant.grant_id}",
+                subject=ctx.subjects.grants(change),
+                payload=event.model_dump_json(),
+            )
+        ]
+        return events
+
+    return made
+
+
+async def _tell(ctx: ServiceContext, events: list[OutboxEvent], what: str) -> None:
+    """Publish the news of a committed change; a failure leaves it to the republisher."""
+    try:
+        await ctx.publish(events)
+    except Exception as exc:  # committed with the change: the republisher sends it
+        log.warning("publishing the news of a %s failed (%s); it is in the outbox", what, exc)
 
 
 async def _check_issue(
@@ -250,12 +290,16 @@ async def revoke(ctx: ServiceContext, raw: dict[str, Any], body: GrantRevoke) ->
         request_id=grant.request_id,
         data={"grant_id": grant.grant_id, "reason": body.reason, "uses": grant.uses},
     )
-    if not await ctx.store.grants.revoke(body.grant_id, name, [audit], now):
+    message = f"{name} revoked the grant {body.grant_id} ({grant.uses} use(s))."
+    events: list[OutboxEvent] = []
+    revoked = await ctx.store.grants.revoke(
+        body.grant_id, name, [audit], now, _news(ctx, "revoked", message, name, now, events)
+    )
+    if revoked is None:
         return ApiError(error=f"Grant {body.grant_id} was revoked already.")
-    log.info("%s revoked grant %s", name, body.grant_id)
-    found = await ctx.store.grants.get(body.grant_id, now)
-    assert found is not None
-    return found
+    log.info("%s", message)
+    await _tell(ctx, events, "grant")
+    return revoked
 
 
 # --------------------------------------------------------------------------- freezes
@@ -316,10 +360,7 @@ async def freeze(ctx: ServiceContext, raw: dict[str, Any], body: FreezeOrder) ->
         events.append(news(message, [*before, terms], freeze_id=terms.freeze_id))
         await ctx.store.grants.freeze(terms, [audit], now, events)
     log.info("%s", message)
-    try:
-        await ctx.publish(events)
-    except Exception as exc:  # committed with the change: the republisher sends it
-        log.warning("publishing the news of a freeze failed (%s); it is in the outbox", exc)
+    await _tell(ctx, events, "freeze")
     return FreezeReply(
         message=message, freezes=[freeze_info(f) for f in await ctx.store.grants.freezes()]
     )

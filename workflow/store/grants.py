@@ -89,6 +89,8 @@ _FREEZES = (
 
 #: The events of a thaw, given how many freezes it lifted (none when it lifted none).
 ThawNews = Callable[[int], Sequence[OutboxEvent]]
+#: The news of a grant issued or revoked, made from the grant as stored (outbox events).
+GrantNews = Callable[[GrantInfo], Sequence[OutboxEvent]]
 
 
 class Grants:
@@ -98,23 +100,34 @@ class Grants:
         self.outbox = outbox
 
     async def issue(
-        self, values: dict[str, Any], audit: Sequence[AuditEntry], now: datetime
-    ) -> bool:
-        """Store a verified grant with its audit record; False when its id or nonce was used."""
+        self, values: dict[str, Any], audit: Sequence[AuditEntry], now: datetime,
+        news: GrantNews = lambda grant: (),
+    ) -> GrantInfo | None:  # fmt: skip
+        """Store a verified grant with its audit record and its news (`news`, kept in the
+        outbox in the same transaction); the grant as stored, or None when its id or nonce
+        was used."""
 
-        def body(conn: Connection) -> bool:
+        def body(conn: Connection) -> GrantInfo | None:
             taken = conn.execute(
                 select(GRANTS.c.grant_id).where(
                     (GRANTS.c.grant_id == values["grant_id"]) | (GRANTS.c.nonce == values["nonce"])
                 )
             ).first()
             if taken is not None:
-                return False
+                return None
             conn.execute(GRANTS.insert().values(**values))
             self.audit.append_in(conn, audit, now)
-            return True
+            return self._told(conn, values["grant_id"], now, news)
 
         return await self.db.transact(body)
+
+    def _told(self, conn: Connection, grant_id: str, now: datetime, news: GrantNews) -> GrantInfo:
+        """The grant as it now stands, its news put in the outbox (in `conn`'s transaction)."""
+        row = conn.execute(select(GRANTS).where(GRANTS.c.grant_id == grant_id)).first()
+        assert row is not None
+        grant = _info(row, now)
+        self.outbox.insert_in(conn, news(grant), now)
+        return grant
 
     async def live(self, now: datetime) -> list[GrantTerms]:
         """The grants that may still release something (few: they expire within hours)."""
@@ -173,20 +186,22 @@ class Grants:
         return [_info(r, now) for r in rows]
 
     async def revoke(
-        self, grant_id: str, by: str, audit: Sequence[AuditEntry], now: datetime
-    ) -> bool:
-        """Revoke the grant (with its audit record); False when it was revoked already."""
+        self, grant_id: str, by: str, audit: Sequence[AuditEntry], now: datetime,
+        news: GrantNews = lambda grant: (),
+    ) -> GrantInfo | None:  # fmt: skip
+        """Revoke the grant, with its audit record and its news (`news`, in the outbox in the
+        same transaction); the grant as stored, or None when it was revoked already."""
 
-        def body(conn: Connection) -> bool:
+        def body(conn: Connection) -> GrantInfo | None:
             moved = conn.execute(
                 update(GRANTS)
                 .where(GRANTS.c.grant_id == grant_id, GRANTS.c.revoked_at.is_(None))
                 .values(revoked_at=now, revoked_by=by)
             )
             if moved.rowcount != 1:
-                return False
+                return None
             self.audit.append_in(conn, audit, now)
-            return True
+            return self._told(conn, grant_id, now, news)
 
         return await self.db.transact(body)
 
