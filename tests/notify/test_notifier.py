@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nats.aio.msg import Msg
 
 from tests.service.helpers import Harness, decision, propose, running_service, send_decision
 from tests.support.sink import Sink
+from workflow.eventsig import verify_event
 from workflow.notify.channels import (
     DELIVERY_HEADER,
     SIGNATURE_HEADER,
@@ -53,9 +55,10 @@ class Sleeps:
 async def notifier_running(
     h: Harness, config: dict[str, Any], sleeps: Sleeps | None = None
 ) -> AsyncIterator[Notifier]:
+    assert h.service.ctx is not None
     notifier = Notifier.open(
         h.nc, NotifyConfig.model_validate(config), fallback_secret=SECRET,
-        subjects=h.subjects, sleep=sleeps or Sleeps(),
+        subjects=h.subjects, sleep=sleeps or Sleeps(), signer=h.service.ctx.signer,
     )  # fmt: skip
     await notifier.ensure()
     stop = asyncio.Event()
@@ -87,6 +90,8 @@ async def test_a_held_call_is_sent_to_the_webhook_signed_and_saying_what_is_pend
 ) -> None:
     config = {"inbox_url": "http://localhost:8080", "channels": {"ops": {"url": sink.url}}}
     async with running_service(nats_url, tmp_path) as h, notifier_running(h, config):
+        records: asyncio.Queue[Msg] = asyncio.Queue()
+        await h.nc.subscribe(h.subjects.notified(">"), cb=records.put)
         pid, rid, _ = await held(h)
         [got] = await received(sink, 1)
         assert verify_webhook(
@@ -124,6 +129,13 @@ async def test_a_held_call_is_sent_to_the_webhook_signed_and_saying_what_is_pend
         assert record["delivered"]
         assert record["attempts"] == 1
         assert record["channel"] == "ops"
+        # The delivery record is signed by the service, like every event it publishes.
+        msg = await asyncio.wait_for(records.get(), 10)
+        assert h.service.ctx is not None
+        assert verify_event(h.service.ctx.signer.public_key, msg.subject, msg.data, msg.headers)
+        assert not verify_event(
+            h.service.ctx.signer.public_key, msg.subject, msg.data + b" ", msg.headers
+        )
 
 
 async def test_a_failing_endpoint_is_retried_with_backoff_until_it_answers(
@@ -255,6 +267,8 @@ async def test_an_apprise_channel_delivers_the_same_text(
         "channels": {"chat": {"url": f"json://127.0.0.1:{port}/apprise"}},
     }
     async with running_service(nats_url, tmp_path) as h, notifier_running(h, config):
+        records: asyncio.Queue[Msg] = asyncio.Queue()
+        await h.nc.subscribe(h.subjects.notified(">"), cb=records.put)
         pid, rid, _ = await held(h)
         [got] = await received(sink, 1)
         assert got.path == "/apprise"

@@ -7,8 +7,9 @@ request's history — it never holds up the pipeline and never touches the datab
 goes to every routed channel; a try that fails is retried with backoff (the message's ack
 deadline is extended meanwhile), and after the last try the failure is recorded. Every
 delivery, made or failed, is published as a `Notified` record on `<prefix>.notified.<workspace>`
-before the event is acked, so a crash means the notice is sent again (receivers deduplicate on
-`X-Headgate-Delivery`), never that it is lost.
+(signed with the service's key, like every event it publishes) before the event is acked, so
+a crash means the notice is sent again (receivers deduplicate on `X-Headgate-Delivery`), never
+that it is lost.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from workflow.notify.channels import Channel, DeliveryError, open_channel
 from workflow.notify.config import NotifyConfig
 from workflow.notify.routing import Routed, channels_for
 from workflow.notify.text import Notice, held_notice, history_notice
+from workflow.signing import ServiceKey
 from workflow.subjects import Subjects
 
 log = logging.getLogger("headgate.notify")
@@ -123,8 +125,12 @@ class Notifier:
         ack_wait: float = ACK_WAIT,
         servers: Sequence[str] | None = None,
         connect: Mapping[str, Any] | None = None,
+        signer: ServiceKey | None = None,
     ):
         self.nc = nc
+        #: Signs the delivery records as the service's, like every event it publishes (the
+        #: notifier runs in `headgate serve`).
+        self.signer = signer
         self.js = nc.jetstream(timeout=10)
         self.config = config
         self.channels = channels
@@ -275,11 +281,12 @@ class Notifier:
             await msg.nak(delay=HAND_BACK_DELAY)
             return
         for record in records:
-            await self.js.publish(
-                self.subjects.notified(notice.workspace),
-                record.model_dump_json().encode(),
-                headers={"Nats-Msg-Id": f"notified:{record.delivery}:{record.channel}"},
-            )
+            subject = self.subjects.notified(notice.workspace)
+            data = record.model_dump_json().encode()
+            headers = {"Nats-Msg-Id": f"notified:{record.delivery}:{record.channel}"}
+            if self.signer is not None:
+                headers |= self.signer.headers(subject, data)
+            await self.js.publish(subject, data, headers=headers)
         await msg.ack()
 
     async def _notice(self, msg: Msg) -> tuple[Notice, list[str]] | None:

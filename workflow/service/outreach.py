@@ -68,7 +68,7 @@ class Outreach:
             self.notifier = Notifier.open(
                 ctx.nc, config, fallback_secret=secret, subjects=ctx.subjects,
                 registry=ctx.metrics.registry, servers=self.servers,
-                connect=self.connect,
+                connect=self.connect, signer=ctx.signer,
             )  # fmt: skip
             await self.notifier.ensure()
             self.tasks.append(asyncio.create_task(self.notifier.run(self.stopping)))
