@@ -245,3 +245,34 @@ async def test_partial_files_left_by_interrupted_writers_are_swept_and_live_ones
     assert sorted(directory.iterdir()) == sorted(kept)
     assert await sweep_partials(RetentionSpec(), tmp_path) == []  # no audit pruning: no sweep
     assert sorted(directory.iterdir()) == sorted(kept)
+
+
+async def test_one_replica_prunes_the_audit_at_a_time(tmp_path: Path, postgres_url: str) -> None:
+    """Two replicas on one PostgreSQL database: while one prunes the audit (it holds the
+    advisory lock), the other's pass prunes nothing and writes no archive; after, it prunes."""
+    first = await _store(postgres_url, 1500)
+    second = await Store.open(postgres_url)
+    try:
+        directory = tmp_path / "archive"
+        async with first.retention.pruning_audit() as mine:
+            assert mine
+            async with second.retention.pruning_audit() as theirs:
+                assert not theirs  # not waited for
+            assert await prune_audit(second.retention, directory, OLD, NOW) == 0
+            assert not directory.exists() or _archives(directory) == []
+        assert await prune_audit(second.retention, directory, OLD, NOW) == 1500
+        assert len(_archives(directory)) == 1
+        async with first.retention.pruning_audit() as mine:
+            assert mine  # released by the pass that held it
+    finally:
+        await second.close()
+        await first.close()
+
+
+async def test_on_sqlite_the_one_writing_process_may_always_prune(tmp_path: Path) -> None:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'h.db'}")
+    try:
+        async with store.retention.pruning_audit() as mine:
+            assert mine
+    finally:
+        await store.close()

@@ -116,14 +116,18 @@ async def prune_audit(
     recorded in the directory (`pass_file`) from just before its archive gets its name until
     its last deletion: a pass that stopped in between (a crash, a failed transaction) is
     finished by the next, under the same archive (an archive never overlaps another; the
-    chains' sequence numbers are disjoint), without listing the directory."""
+    chains' sequence numbers are disjoint), without listing the directory. One replica prunes
+    the audit at a time (`Retention.pruning_audit`); another finds it busy and prunes nothing."""
     pruned = 0
-    for chain in await store.audit.chains():
-        if pruned >= most:
-            break
-        pruned += await _prune_chain(
-            store, chain, directory, older_than, now, chunk=chunk, most=most - pruned
-        )
+    async with store.pruning_audit() as mine:
+        if not mine:
+            return 0  # another replica prunes the audit now; the next pass looks again
+        for chain in await store.audit.chains():
+            if pruned >= most:
+                break
+            pruned += await _prune_chain(
+                store, chain, directory, older_than, now, chunk=chunk, most=most - pruned
+            )
     return pruned
 
 

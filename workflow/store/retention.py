@@ -12,7 +12,8 @@ anchor with an optimistic check.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -84,10 +85,40 @@ class AuditChainBroken(Exception):
     """The records about to be pruned do not verify: they are kept as evidence."""
 
 
+#: The PostgreSQL advisory lock one replica holds while it prunes the audit (any constant
+#: bigint, the same in every replica: "hgaudit" in ASCII).
+AUDIT_PRUNING_LOCK = 0x6867_6175_6469_74
+
+
 class Retention:
     def __init__(self, db: Database, audit: AuditLog):
         self.db = db
         self.audit = audit
+
+    @asynccontextmanager
+    async def pruning_audit(self) -> AsyncIterator[bool]:
+        """Whether this process may prune the audit now, for the length of the block.
+
+        On PostgreSQL, one replica at a time: a session advisory lock (`pg_try_advisory_lock`,
+        never waited for) held on a connection of its own for the pass, and released with the
+        session if the process dies. Without it two replicas could read the same prefix and
+        archive overlapping ranges under different names (each pass takes what is old when it
+        starts). SQLite has one writing process."""
+        if self.db.dialect != "postgresql":
+            yield True
+            return
+        key = {"key": AUDIT_PRUNING_LOCK}
+        async with self.db.engine.connect() as conn:
+            got = bool(
+                (await conn.execute(text("SELECT pg_try_advisory_lock(:key)"), key)).scalar_one()
+            )
+            await conn.commit()  # ends the statement's transaction; a session lock stays
+            try:
+                yield got
+            finally:
+                if got:
+                    await conn.execute(text("SELECT pg_advisory_unlock(:key)"), key)
+                    await conn.commit()
 
     async def prune_decided(self, older_than: datetime, limit: int = 1000) -> int:
         """Delete up to `limit` proposals whose outcome is older than `older_than`, with their
