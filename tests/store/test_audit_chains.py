@@ -251,6 +251,10 @@ async def test_the_pruners_pass_writes_one_archive_per_chain(
     assert sorted(p.name for p in directory.iterdir()) == [p.name for p in archives]
     rows = [r for path in archives for r in read_jsonl(path)]
     assert [sorted({chain_of(r.seq) for r in read_jsonl(p)}) for p in archives] == [[1], [2]]
+    assert [p.name for p in archives] == [
+        "audit-000000000001-000000000003.jsonl",
+        f"audit-c02-{chain_base(2) + 1:016d}-{chain_base(2) + 2:016d}.jsonl",
+    ]
     anchors = await pg_store.audit.anchors()
     assert anchors[1][0] == 3
     assert anchors[2][0] == chain_base(2) + 2
@@ -266,3 +270,16 @@ async def test_the_pruners_pass_writes_one_archive_per_chain(
     under_way = pass_under_way(directory, 2)
     assert under_way is not None
     assert under_way.archive == archives[1]
+
+
+def test_archive_names_list_the_chains_in_order_and_each_chains_archives_oldest_first() -> None:
+    from workflow.store.archive import archive_name
+    from workflow.store.chain import MAX_CHAINS
+
+    names = [
+        archive_name(chain_base(c) + start, chain_base(c) + start + 999, c)
+        for c in range(1, MAX_CHAINS + 1)
+        for start in (1, 1000, 999_000_001)
+    ]
+    assert sorted(names) == names
+    assert names[0] == "audit-000000000001-000000001000.jsonl"  # the first chain's, as before

@@ -80,6 +80,16 @@ def archive_file(directory: Path, rows: Sequence[ChainedRecord]) -> Path:
     return path
 
 
+def archive_name(first: int, last: int, chain: int = 1) -> str:
+    """The name of the archive of records `first`–`last` of `chain`: `audit-<first>-<last>.jsonl`
+    on the first chain (the only one on SQLite, and the names of earlier versions),
+    `audit-c<chain, 2 digits>-<first>-<last>.jsonl` with 16 digits on the others, so a
+    directory lists the chains in order and each chain's archives oldest first."""
+    if chain == 1:
+        return f"audit-{first:012d}-{last:012d}.jsonl"
+    return f"audit-c{chain:02d}-{first:016d}-{last:016d}.jsonl"
+
+
 #: The pruning pass under way in an archive directory: which archive, which records (one
 #: file per audit chain: `pass_file`).
 PASS_FILE = "pruning-pass.json"
@@ -93,8 +103,8 @@ def pass_file(chain: int = 1) -> str:
 
 class ArchiveWriter:
     """One archive written a chunk of records at a time (the pruner's pass): a partial file
-    until `close` syncs it and renames it `audit-<first>-<last>.jsonl`, so an archive under
-    that name is always whole. Memory: one chunk's lines."""
+    until `close` syncs it and renames it (`archive_name`), so an archive under that name is
+    always whole. Memory: one chunk's lines."""
 
     def __init__(self, directory: Path, chain: int = 1):
         self.directory = directory
@@ -128,7 +138,7 @@ class ArchiveWriter:
         os.fsync(self._out.fileno())
         self._out.close()
         self._out = None
-        path = self.directory / f"audit-{self.first:012d}-{self.last:012d}.jsonl"
+        path = self.directory / archive_name(self.first, self.last, self.chain)
         begin_pass(self.directory, path, self.first, self.last, self.chain)
         self._partial.replace(path)
         _sync_dir(self.directory)
