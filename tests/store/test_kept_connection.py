@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection, text
 
-from workflow.store.engine import HOUSEKEEPING_CACHE_KIB, Database
+from workflow.store.engine import Database
 
 
 async def test_a_failed_transaction_leaves_the_kept_connection_usable(tmp_path: Path) -> None:
@@ -46,31 +46,5 @@ async def test_a_read_leaves_no_snapshot_that_holds_back_a_checkpoint(tmp_path: 
             other.close()
         # A snapshot left open by the read would keep the frames written after it uncopied.
         assert (busy, copied) == (0, frames)
-    finally:
-        await db.close()
-
-
-async def test_only_the_writers_keep_a_full_page_cache(tmp_path: Path) -> None:
-    """The async engine's connections (housekeeping reads) are held to a small page cache; the
-    synchronous writers, which carry the hot path, keep SQLite's default."""
-    db = await Database.open(f"sqlite+aiosqlite:///{tmp_path / 'hg.db'}")
-    try:
-        async with db.engine.connect() as conn:
-            pooled = (await conn.execute(text("PRAGMA cache_size"))).scalar()
-        writer = await db.read(lambda conn: conn.execute(text("PRAGMA cache_size")).scalar())
-        background = await db.read(
-            lambda conn: conn.execute(text("PRAGMA cache_size")).scalar(), background=True
-        )
-    finally:
-        await db.close()
-    assert pooled == -HOUSEKEEPING_CACHE_KIB
-    assert writer == background == -2000  # SQLite's default: 2,000 KiB
-
-
-async def test_an_in_memory_database_keeps_its_default_cache() -> None:
-    db = await Database.open("sqlite+aiosqlite:///:memory:")
-    try:
-        async with db.engine.connect() as conn:
-            assert (await conn.execute(text("PRAGMA cache_size"))).scalar() == -2000
     finally:
         await db.close()

@@ -37,8 +37,6 @@ def create_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:
         if url.startswith("sqlite"):
             engine = create_async_engine(url, connect_args={"timeout": 30})
             event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
-            if not in_memory_sqlite(url):  # in memory, the cache is the database
-                event.listen(engine.sync_engine, "connect", _housekeeping_cache)
             return engine
         if url.startswith("postgresql"):
             if "+asyncpg" not in url:
@@ -106,22 +104,6 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         "foreign_keys=ON",
     ):
         cursor.execute(f"PRAGMA {pragma}")
-    cursor.close()
-
-
-#: The page cache of the async engine's SQLite connections (KiB). On a file, the service writes
-#: and reads its hot rows through the synchronous writers (`sqlite_sync_writer`), which keep
-#: SQLite's default (2,000 KiB); the async engine serves housekeeping reads: the pruner's scan of
-#: the audit prefix (each page read once per pass), the republisher's and the sweeper's indexed
-#: lookups. In WAL mode a connection drops its cache whenever another has committed since its
-#: last read, so a full-size cache there only refilled after each pass: 2 MB per pooled
-#: connection, counted as growth by a soak (docs/bench.md, tenth pass).
-HOUSEKEEPING_CACHE_KIB = 512
-
-
-def _housekeeping_cache(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute(f"PRAGMA cache_size=-{HOUSEKEEPING_CACHE_KIB}")
     cursor.close()
 
 
