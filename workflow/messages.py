@@ -62,7 +62,12 @@ Signature = Annotated[str, Field(min_length=1, max_length=200)]
 
 
 class Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    # `cache_strings="keys"`: pydantic-core keeps the strings it parses in a process-wide
+    # cache of 16,384 entries; with the default ("all") every value goes in too, and the wire's
+    # values are mostly unique (proposal ids, paths, nonces), so the cache filled with strings
+    # never met again — about 1.2 MB held from the first minutes of a soak on (docs/bench.md,
+    # tenth pass). Keys repeat; values are parsed as fresh strings (no measurable cost).
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True, cache_strings="keys")
 
 
 # --------------------------------------------------------------------------- proposals

@@ -21,6 +21,7 @@ from workflow.service import memtrace
         ("60", memtrace.TraceSpec(60.0, python=True)),
         ("0.5", memtrace.TraceSpec(0.5, python=True)),
         ("60,c", memtrace.TraceSpec(60.0, python=False)),
+        ("60,dump", memtrace.TraceSpec(60.0, python=True, dump=True)),
         ("60,x", None),
         ("0", None),
         ("-3", None),
@@ -43,7 +44,7 @@ def test_a_value_that_is_not_seconds_is_said(
     monkeypatch.setenv(memtrace.ENV, "often")
     with caplog.at_level(logging.WARNING, "headgate.memtrace"):
         assert memtrace.spec_from_env() is None
-    assert "'often' is not SECONDS or SECONDS,c" in caplog.text
+    assert "'often' is not SECONDS, SECONDS,c or SECONDS,dump" in caplog.text
 
 
 async def test_the_trace_writes_a_baseline_then_what_grew_since(tmp_path: Path) -> None:
@@ -72,3 +73,20 @@ async def test_the_c_side_figures_alone_cost_no_tracing(tmp_path: Path) -> None:
     await task
     assert not tracemalloc.is_tracing()
     assert "malloc in use" in log.read_text()  # glibc, as on the machines this runs on
+
+
+async def test_dump_keeps_every_snapshot_for_any_two_to_be_compared(tmp_path: Path) -> None:
+    stopping = asyncio.Event()
+    spec = memtrace.TraceSpec(0.01, python=True, dump=True)
+    task = asyncio.create_task(memtrace.trace(tmp_path, spec, stopping))
+    while len(list(tmp_path.glob("tracemalloc-*.snap"))) < 3:
+        await asyncio.sleep(0.01)
+    stopping.set()
+    await task
+    first, *_, last = sorted(
+        tmp_path.glob("tracemalloc-*.snap"),
+    )
+    diff = tracemalloc.Snapshot.load(str(last)).compare_to(
+        tracemalloc.Snapshot.load(str(first)), "lineno"
+    )
+    assert diff is not None

@@ -48,3 +48,42 @@ async def test_a_read_leaves_no_snapshot_that_holds_back_a_checkpoint(tmp_path: 
         assert (busy, copied) == (0, frames)
     finally:
         await db.close()
+
+
+async def test_the_background_connection_gives_its_page_cache_back(tmp_path: Path) -> None:
+    """What a pruning pass read stays in the background connection's cache until its next
+    transaction discards it; `release_memory` frees it at once, and holds nothing back after."""
+    db = await Database.open(f"sqlite+aiosqlite:///{tmp_path / 'hg.db'}")
+    try:
+        await db.transact(lambda conn: conn.execute(text("CREATE TABLE t (x BLOB)")))
+        await db.transact(
+            lambda conn: conn.execute(
+                text(
+                    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000)"
+                    " INSERT INTO t SELECT randomblob(1000) FROM n"
+                )
+            )
+        )
+        # A pass's worth of reading on the background connection: 3 MB, more than its cache.
+        await db.read(
+            lambda conn: conn.execute(text("SELECT sum(length(x)) FROM t")).scalar(),
+            background=True,
+        )
+        freed = await db.release_memory()
+        assert freed > 1_000_000  # most of the 2,000 KiB cache the scan filled
+        assert await db.release_memory() < 100_000  # nothing left to give back
+        # The connection works on after it (the cache refills as needed).
+        count = await db.read(
+            lambda conn: conn.execute(text("SELECT count(*) FROM t")).scalar(), background=True
+        )
+        assert count == 3000
+    finally:
+        await db.close()
+
+
+async def test_release_memory_needs_no_background_connection() -> None:
+    db = await Database.open("sqlite+aiosqlite:///:memory:")  # no synchronous writers in memory
+    try:
+        assert await db.release_memory() == 0
+    finally:
+        await db.close()

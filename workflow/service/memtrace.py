@@ -7,7 +7,9 @@ Each entry starts with the figures of what `tracemalloc` does not see: the proce
 C allocator's bytes in use and free (glibc's `mallinfo2`: free bytes growing while the bytes in
 use stay flat is fragmentation) and SQLite's own heap (its page caches and prepared
 statements). Tracing the Python heap costs the service most of its throughput: to follow the
-C-side figures alone at full speed, set `HEADGATE_TRACEMALLOC=SECONDS,c`.
+C-side figures alone at full speed, set `HEADGATE_TRACEMALLOC=SECONDS,c`; to keep every
+snapshot as well (`tracemalloc-NNN-Ss.snap` in the data dir, the NNNth taken S seconds after
+the start; compare any two with `tracemalloc.Snapshot.load`), `HEADGATE_TRACEMALLOC=SECONDS,dump`.
 """
 
 from __future__ import annotations
@@ -34,10 +36,12 @@ TOP = 25
 class TraceSpec:
     seconds: float
     python: bool  # trace the Python heap too (else only the C-side figures)
+    dump: bool = False  # keep every snapshot in a file of its own
 
 
 def spec_from_env() -> TraceSpec | None:
-    """What `HEADGATE_TRACEMALLOC` asks for (`SECONDS` or `SECONDS,c`); None when it is unset.
+    """What `HEADGATE_TRACEMALLOC` asks for (`SECONDS`, `SECONDS,c` or `SECONDS,dump`); None
+    when it is unset.
     A value that is not that is said and ignored (a diagnostic never stops the service)."""
     raw = os.environ.get(ENV, "").strip()
     if not raw:
@@ -47,10 +51,13 @@ def spec_from_env() -> TraceSpec | None:
         seconds = float(number)
     except ValueError:
         seconds = 0.0
-    if seconds <= 0 or mode.strip() not in ("", "c"):
-        log.warning("%s=%r is not SECONDS or SECONDS,c; memory tracing stays off", ENV, raw)
+    mode = mode.strip()
+    if seconds <= 0 or mode not in ("", "c", "dump"):
+        log.warning(
+            "%s=%r is not SECONDS, SECONDS,c or SECONDS,dump; memory tracing stays off", ENV, raw
+        )
         return None
-    return TraceSpec(seconds, python=mode.strip() != "c")
+    return TraceSpec(seconds, python=mode != "c", dump=mode == "dump")
 
 
 def _rss_mb() -> float | None:
@@ -107,6 +114,7 @@ async def trace(data_dir: Path, spec: TraceSpec, stopping: asyncio.Event) -> Non
         tracemalloc.start(FRAMES)
     out = data_dir / "tracemalloc.log"
     baseline: tracemalloc.Snapshot | None = None
+    dumped = 0
     start = time.monotonic()
     log.info("memory tracing every %g s to %s", spec.seconds, out)
     while not stopping.is_set():
@@ -120,6 +128,10 @@ async def trace(data_dir: Path, spec: TraceSpec, stopping: asyncio.Event) -> Non
             await asyncio.to_thread(_append, out, head + "\n")
             continue
         snap = await asyncio.to_thread(_snapshot)
+        if spec.dump:
+            dumped += 1
+            name = f"tracemalloc-{dumped:03d}-{time.monotonic() - start:.0f}s.snap"
+            await asyncio.to_thread(snap.dump, str(data_dir / name))
         traced, peak = tracemalloc.get_traced_memory()
         head += f", Python heap traced {traced / 2**20:.1f} MB (peak {peak / 2**20:.1f})\n"
         if baseline is None:

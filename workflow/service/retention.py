@@ -240,9 +240,12 @@ async def pruner(ctx: ServiceContext, data_dir: Path, stopping: asyncio.Event) -
                 await sweep_partials(ctx.policy.retention, data_dir)
             pruned = await prune_once(ctx, data_dir)
             if pruned != Pruned():
-                # What a pass read and freed (the audit prefix, the archive's text) leaves
-                # free pages in the allocator's heaps: give them back (off the loop: it walks
-                # the heaps under their locks).
+                # The pages the pass read stay in the background connection's cache, dropped
+                # unread by its next transaction (the writer commits meanwhile): free them.
+                await ctx.store.db.release_memory()
+                # What a pass read and freed (the audit prefix, the archive's text, those
+                # pages) leaves free pages in the allocator's heaps: give them back (off the
+                # loop: it walks the heaps under their locks).
                 await asyncio.to_thread(allocator.trim)
         except Exception as exc:
             log.warning("retention: pruning failed (%s); will retry", exc)

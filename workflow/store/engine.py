@@ -10,6 +10,9 @@ records to different chains (`workflow.store.audit`) and do not wait for each ot
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
+import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -119,6 +122,25 @@ WAL_SIZE_LIMIT = 64 * 1024 * 1024
 def table(model: Any) -> Table:
     """The Core table of a sqlmodel table model."""
     return model.__table__  # type: ignore[no-any-return]
+
+
+def _sqlite_memory_used() -> int:
+    """SQLite's heap in bytes (`sqlite3_memory_used`, all connections); 0 where the library
+    cannot be loaded."""
+    lib = _sqlite_library()
+    return int(lib.sqlite3_memory_used()) if lib is not None else 0
+
+
+@functools.cache
+def _sqlite_library() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("sqlite3")
+    try:
+        lib = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    if lib is not None:
+        lib.sqlite3_memory_used.restype = ctypes.c_int64
+    return lib
 
 
 async def _in_thread(engine: Engine, body: Callable[[Connection], T]) -> T:
@@ -343,6 +365,25 @@ class Database:
                     kept.rollback()
         async with self._reader.connect() as conn:
             return await conn.run_sync(body)
+
+    async def release_memory(self) -> int:
+        """SQLite: free the background connection's page cache (`PRAGMA shrink_memory`), in
+        its worker thread; returns the bytes SQLite's heap gave back (0 on PostgreSQL).
+
+        For the pruner, after a pass: what the pass read stays cached on that connection
+        until its next transaction, which drops it unread anyway (in WAL mode a connection's
+        cache is discarded once another connection has committed, and the writer commits many
+        times in the seconds between two passes): up to `cache_size` (2 MB) held for nothing,
+        counted as growth by a soak. The writer's cache, which the hot path uses, is kept."""
+        if self._background_writer is None:
+            return 0
+
+        def shrink(conn: Connection) -> int:
+            before = _sqlite_memory_used()
+            conn.exec_driver_sql("PRAGMA shrink_memory")
+            return max(0, before - _sqlite_memory_used())
+
+        return await _in_thread(self._background_writer, shrink)
 
     async def ping(self) -> None:
         async with self.engine.connect() as conn:
