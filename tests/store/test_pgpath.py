@@ -1,7 +1,8 @@
-"""The PostgreSQL fast path: an intake batch and a batch of approval steps are two statements
-each (BEGIN, two round trips, COMMIT) whatever their size, and store what they stored before;
-replicas inserting the same ids, or applying the same decisions, at once (in different orders)
-each learn which were theirs, without a deadlock."""
+"""The PostgreSQL fast path: an intake batch is one statement once the process knows its audit
+head (two in a transaction before, or when another writer moved it), a batch of approval steps
+two statements (BEGIN, two round trips, COMMIT), whatever their size, and store what they
+stored before; replicas inserting the same ids, or applying the same decisions, at once (in
+different orders) each learn which were theirs, without a deadlock."""
 
 from __future__ import annotations
 
@@ -40,23 +41,88 @@ def statements(store: Store) -> Iterator[list[str]]:
         event.remove(engine, "before_cursor_execute", seen)
 
 
-async def test_an_intake_batch_is_two_statements_whatever_its_size(pg_store: Store) -> None:
+async def test_an_intake_batch_is_one_statement_once_the_process_knows_its_head(
+    pg_store: Store,
+) -> None:
+    # The process's first batch locks a free head: two statements in a transaction.
+    first = [record("first")]
+    with statements(pg_store) as sent:
+        result = await pg_store.proposals.record(first, NOW)
+    assert len(sent) == 2, sent
+    assert result.new == {"first"}
+    # Then the head its last commit left: one statement, committed on its own.
     for size in (1, 64):
         tools = ("write_file", "read_file")
         batch = [record(f"p{size}-{n}", tools[n % 2]) for n in range(size)]
         with statements(pg_store) as sent:
             result = await pg_store.proposals.record(batch, NOW)
-        assert len(sent) == 2, sent
+        assert len(sent) == 1, sent
         assert result.new == {r.id for r in batch}
         assert result.existing_digests == {}
-    # A redelivery: the stored digests come back from the same statement; nothing appended.
+    # A redelivery: the one statement writes nothing (a proposal is stored); the transaction
+    # that follows reports the stored digests and appends only the fresh proposal's records.
+    audit_before = len(await pg_store.audit.rows())
     again = [record("p1-0"), record("fresh")]
     with statements(pg_store) as sent:
         result = await pg_store.proposals.record(again, NOW)
-    assert len(sent) == 2, sent
+    assert len(sent) == 3, sent
     assert result.new == {"fresh"}
     assert result.existing_digests == {"p1-0": again[0].proposal.digest}
+    fresh_records = [a for r in again[1:] for a in r.audit]
+    assert len(await pg_store.audit.rows()) == audit_before + len(fresh_records)
     assert (await pg_store.audit.verify()).ok
+    # And the next batch is one statement again.
+    with statements(pg_store) as sent:
+        await pg_store.proposals.record([record("after")], NOW)
+    assert len(sent) == 1, sent
+    assert (await pg_store.audit.verify()).ok
+
+
+async def test_a_head_moved_by_another_process_writes_nothing_and_the_batch_is_stored_once(
+    postgres_url: str,
+) -> None:
+    stores = [await Store.open(postgres_url) for _ in range(2)]
+    try:
+        one, other = stores
+        await one.proposals.record([record("one-0")], NOW)
+        assert one.db.pg_head is not None
+        assert one.db.pg_head.chain == 1
+        # Another process appends to the same chain (its lone transaction takes chain 1).
+        await other.proposals.record([record("other-0")], NOW)
+        assert other.db.pg_head is not None
+        assert other.db.pg_head.chain == 1
+        with statements(one) as sent:
+            result = await one.proposals.record([record("one-1"), record("one-2")], NOW)
+        assert result.new == {"one-1", "one-2"}
+        # The one statement failed, then a transaction on another chain than the one that moved.
+        assert len(sent) == 3, sent
+        assert one.db.pg_head is not None
+        assert one.db.pg_head.chain == 2
+        # From then on each keeps to its own chain, one statement per batch.
+        for n in range(3, 6):
+            for store, name in ((one, "one"), (other, "other")):
+                with statements(store) as sent:
+                    await store.proposals.record([record(f"{name}-{n}")], NOW)
+                assert len(sent) == 1, sent
+        async with one.db.engine.connect() as conn:
+            count = (await conn.execute(select(func.count()).select_from(PROPOSALS))).scalar()
+            audited = (
+                await conn.execute(
+                    select(func.count(AUDIT.c.proposal_id.distinct())).where(
+                        AUDIT.c.kind == "proposal"
+                    )
+                )
+            ).scalar()
+            proposal_records = (
+                await conn.execute(
+                    select(func.count()).select_from(AUDIT).where(AUDIT.c.kind == "proposal")
+                )
+            ).scalar()
+        assert count == audited == proposal_records == 2 + 2 + 3 * 2
+        assert (await one.audit.verify()).ok
+    finally:
+        for s in stores:
+            await s.close()
 
 
 async def test_a_batch_of_steps_is_two_statements_whatever_its_size(pg_store: Store) -> None:
@@ -104,6 +170,42 @@ async def test_replicas_recording_the_same_ids_at_once_each_store_them_once(
                 )
             ).scalar()
         assert count == proposals_audited == len(ids)
+        assert (await stores[0].audit.verify()).ok
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def test_replicas_knowing_their_heads_recording_the_same_ids_at_once_store_them_once(
+    postgres_url: str,
+) -> None:
+    stores = [await Store.open(postgres_url) for _ in range(3)]
+    try:
+        # Each knows a head (its own chain, or one another moves meanwhile).
+        await asyncio.gather(
+            *(s.proposals.record([record(f"warm-{k}")], NOW) for k, s in enumerate(stores))
+        )
+        ids = [f"shared-{n}" for n in range(40)]
+        for round_ in range(3):
+            batches = [
+                [record(f"{i}-{round_}") for i in ids[k::2] + ids[: 10 + 5 * k]] for k in range(3)
+            ]
+            results = await asyncio.gather(
+                *(s.proposals.record(b, NOW) for s, b in zip(stores, batches, strict=True))
+            )
+            news = [r.new for r in results]
+            assert set().union(*news) == {f"{i}-{round_}" for i in ids}
+            assert sum(len(n) for n in news) == len(ids)  # each id new for exactly one replica
+            for result, batch in zip(results, batches, strict=True):
+                assert result.new | set(result.existing_digests) == {r.id for r in batch}
+        async with stores[0].db.engine.connect() as conn:
+            count = (await conn.execute(select(func.count()).select_from(PROPOSALS))).scalar()
+            proposal_records = (
+                await conn.execute(
+                    select(func.count()).select_from(AUDIT).where(AUDIT.c.kind == "proposal")
+                )
+            ).scalar()
+        assert count == proposal_records == 3 + 3 * len(ids)
         assert (await stores[0].audit.verify()).ok
     finally:
         for s in stores:

@@ -100,6 +100,24 @@ class AuditLog:
             return
         if head is None or (chain is not None and head.chain != chain):
             head = self._lock_head(conn, chain)
+        rows, moved = self.chained(entries, now, head)
+        if pg is not None:
+            pg.run(conn, [*also, Insert(AUDIT, rows)], head=moved)
+            self.db.appended(moved)
+            return
+        for insert in also:
+            self.db.insert_rows(conn, insert.table, insert.rows, ignore=insert.ignore)
+        self.db.insert_rows(conn, AUDIT, rows)
+        if self.db.fast:
+            fastpath.move_audit_head(conn, moved.seq, moved.hash)
+        else:
+            conn.execute(_MOVE_HEAD, {"chain": moved.chain, "seq": moved.seq, "hash": moved.hash})
+
+    @staticmethod
+    def chained(
+        entries: Sequence[AuditEntry], now: datetime, head: Head
+    ) -> tuple[list[AuditRecord], Head]:
+        """`entries` as the records that follow `head` on its chain, and the head after them."""
         _, seq, prev = head
         at = now.isoformat()
         rows = []
@@ -125,16 +143,7 @@ class AuditLog:
                 )
             )
             prev = digest
-        if pg is not None:
-            pg.run(conn, [*also, Insert(AUDIT, rows)], head=Head(head.chain, seq, prev))
-            return
-        for insert in also:
-            self.db.insert_rows(conn, insert.table, insert.rows, ignore=insert.ignore)
-        self.db.insert_rows(conn, AUDIT, rows)
-        if self.db.fast:
-            fastpath.move_audit_head(conn, seq, prev)
-        else:
-            conn.execute(_MOVE_HEAD, {"chain": head.chain, "seq": seq, "hash": prev})
+        return rows, Head(head.chain, seq, prev)
 
     def _lock_head(self, conn: Connection, chain: int | None) -> Head:
         """Lock a chain's head in the caller's transaction: `chain`'s, else the first one no
@@ -143,7 +152,7 @@ class AuditLog:
             seq, prev = fastpath.audit_head(conn)
             return Head(1, seq, prev)
         if chain is None:
-            free = conn.execute(_HEAD_FREE).first()
+            free = conn.execute(_HEAD_FREE, {"head_prefer": self.db.pg_prefer}).first()
             if free is not None:
                 return Head(int(free[0]), int(free[1]), str(free[2]))
             chain = 1

@@ -25,9 +25,10 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from workflow.errors import ConfigError
+from workflow.store.chain import PG_CHAINS
 from workflow.store.fastpath import SqliteInserts
 from workflow.store.migrations import migrate
-from workflow.store.pgpath import PgInserts, PgStatements
+from workflow.store.pgpath import Head, HeadMoved, PgInserts, PgStatements
 from workflow.store.priority import PriorityLock
 from workflow.store.sqlite_writer import SqliteWriteLock, WalCheckpointer
 
@@ -207,6 +208,13 @@ class Database:
         #: SQLite: the DB-API inserts (see `fastpath`); None on PostgreSQL.
         self.sqlite_inserts = SqliteInserts() if self.dialect == "sqlite" else None
         self._core_inserts: dict[tuple[str, bool], Any] = {}
+        #: PostgreSQL: the audit chain this process appends to when its head is free (the one
+        #: its last transaction used), and that head as the process's last commit left it
+        #: (None: not known). This process's write transactions run one at a time (`gate`),
+        #: so between them only another process or replica moves it (see `transact_at_head`).
+        self.pg_prefer = 1
+        self.pg_head: Head | None = None
+        self._appended: Head | None = None
 
     @classmethod
     async def open(cls, url: str, *, pool_size: int = 5) -> Database:
@@ -285,8 +293,44 @@ class Database:
         self, urgent: bool, background: bool = False
     ) -> AsyncIterator[AsyncConnection]:
         lock = self.gate if self._write_lock is None else self._write_lock
-        async with lock.hold(urgent=urgent, background=background), self.engine.begin() as conn:
-            yield conn
+        async with lock.hold(urgent=urgent, background=background):
+            self._appended = None
+            try:
+                async with self.engine.begin() as conn:
+                    yield conn
+            except BaseException:
+                self.pg_head = None  # committed or not: unknown
+                raise
+            if self._appended is not None:
+                self.pg_head = self._appended
+                self.pg_prefer = self._appended.chain
+
+    def appended(self, head: Head) -> None:
+        """The transaction under way moved an audit chain's head to `head` (PostgreSQL): once
+        it commits, this process's next transactions try that chain first."""
+        self._appended = head
+
+    async def transact_at_head(self, body: Callable[[Connection, Head], Head]) -> bool:
+        """PostgreSQL: run `body` as one statement committed on its own (one round trip, no
+        BEGIN and no COMMIT of their own) after the audit head this process's last
+        transaction left, when one is known: `body` chains its records after it and returns
+        the new head (`PgInserts.run_at`). False when it wrote nothing — no head known, or
+        `HeadMoved` (another process or replica appended to that chain meanwhile, or a row
+        was stored already): the caller then runs its transaction as before (`transact`),
+        which locks a free head, preferring another chain than the one that moved."""
+        async with self.gate.hold():
+            head = self.pg_head
+            if head is None:
+                return False
+            self.pg_head = None
+            try:
+                async with self._reader.connect() as conn:
+                    moved = await conn.run_sync(lambda c: body(c, head))
+            except HeadMoved:
+                self.pg_prefer = head.chain % PG_CHAINS + 1
+                return False
+            self.pg_head = moved
+            return True
 
     async def transact(
         self, body: Callable[[Connection], T], *, urgent: bool = False, background: bool = False

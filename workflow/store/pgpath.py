@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Table, TextClause, text
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import DBAPIError
 
 from workflow.effects import DecisionRecord
 from workflow.store import schema
@@ -77,8 +78,49 @@ class PgInserts:
             params["head_chain"], params["head_seq"], params["head_hash"] = head
         conn.execute(statement, params)
 
+    def run_at(self, conn: Connection, inserts: Sequence[Insert], old: Head, new: Head) -> None:
+        """One statement, committed on its own (the caller's connection is in autocommit): the
+        rows of every insert, each of the first insert's rows new (its `ignore` conflict
+        skips none), and `old.chain`'s head moved from `old` to `new` — the head this
+        process's last append left, no lock taken before. Anything else (a row of the first
+        insert already stored, the head moved by another writer) raises `HeadMoved` and
+        nothing is written: the caller locks a head and writes in a transaction instead."""
+        present = [i for i in inserts if i.rows]
+        shape = ("at", *((i.table.name, tuple(i.rows[0]._fields), i.ignore) for i in present))
+        statement = self._statements.get(shape)
+        if statement is None:
+            statement = self._statements[shape] = self._build_at(present)
+        params: dict[str, Any] = {}
+        for n, insert in enumerate(present):
+            for k in range(len(insert.rows[0]._fields)):
+                params[f"t{n}_{k}"] = [_value(row[k]) for row in insert.rows]
+        params["head_chain"], params["head_seq"], params["head_hash"] = new
+        params["old_seq"], params["old_hash"] = old.seq, old.hash
+        params["first_rows"] = len(present[0].rows)
+        try:
+            conn.execute(statement, params)
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) in _HEAD_MOVED:
+                raise HeadMoved(old.chain) from exc
+            raise
+
+    @classmethod
+    def _build_at(cls, inserts: Sequence[Insert]) -> TextClause:
+        clauses = cls._clauses(inserts, returning=True)
+        clauses.append(
+            "h AS (UPDATE audit_head SET seq = :head_seq, hash = :head_hash "
+            "WHERE id = :head_chain AND seq = :old_seq AND hash = :old_hash RETURNING id)"
+        )
+        # Division by zero unless the head moved as expected and every first row was new:
+        # the statement fails, so none of its writes is kept.
+        return text(
+            f"WITH {', '.join(clauses)} SELECT 1 / ((SELECT count(*) FROM h) * "
+            "CASE WHEN (SELECT count(*) FROM t0) = CAST(:first_rows AS BIGINT) "
+            "THEN 1 ELSE 0 END)"
+        )
+
     @staticmethod
-    def _build(inserts: Sequence[Insert], head: bool) -> TextClause:
+    def _clauses(inserts: Sequence[Insert], returning: bool = False) -> list[str]:
         clauses = []
         for n, insert in enumerate(inserts):
             columns = insert.rows[0]._fields
@@ -91,7 +133,14 @@ class PgInserts:
             )
             if insert.ignore:
                 sql += f" ON CONFLICT ({', '.join(insert.ignore)}) DO NOTHING"
+            if returning and n == 0:
+                sql += " RETURNING 1"
             clauses.append(f"t{n} AS ({sql})")
+        return clauses
+
+    @classmethod
+    def _build(cls, inserts: Sequence[Insert], head: bool) -> TextClause:
+        clauses = cls._clauses(inserts)
         main = (
             "UPDATE audit_head SET seq = :head_seq, hash = :head_hash WHERE id = :head_chain"
             if head
@@ -102,6 +151,21 @@ class PgInserts:
 
 
 # --------------------------------------------------------------------------- locking the head
+
+
+#: What `PgInserts.run_at` meets when its guess was wrong: division by zero (the head moved or
+#: a first row was stored already), a unique key taken (a record number another writer used,
+#: a row of a stored proposal), a deadlock (PostgreSQL chose this statement to fail).
+_HEAD_MOVED = frozenset({"22012", "23505", "40P01"})
+
+
+class HeadMoved(Exception):
+    """`PgInserts.run_at` wrote nothing: the chain's head was not where this process left it,
+    or a row was stored already."""
+
+    def __init__(self, chain: int):
+        super().__init__(f"audit chain {chain} moved, or a row was stored already")
+        self.chain = chain
 
 
 class Head(NamedTuple):
@@ -116,7 +180,12 @@ class Head(NamedTuple):
 #: The first audit chain whose head no other transaction holds (`SKIP LOCKED`): concurrent
 #: writers (intake processes, the collector, replicas) append to different chains instead of
 #: waiting for each other's commit. No row when all are held (the caller then waits for one).
-HEAD_FREE = "SELECT id, seq, hash FROM audit_head ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
+#: `head_prefer`: the chain tried first (the process's own, see `Database.pg_prefer`), so
+#: the processes keep to one chain each and `PgInserts.run_at` finds its head where it was.
+HEAD_FREE = (
+    "SELECT id, seq, hash FROM audit_head ORDER BY id <> :head_prefer, id "
+    "LIMIT 1 FOR UPDATE SKIP LOCKED"
+)
 _HEAD_CTE = f"head AS ({HEAD_FREE})"
 _HEAD_ROW = "SELECT 9, CAST(id AS VARCHAR) || ':' || CAST(seq AS VARCHAR), hash FROM head"
 
@@ -165,7 +234,9 @@ class PgStatements:
         self._by_columns: dict[tuple[str, ...], TextClause] = {}
         self._steps: TextClause | None = None
 
-    def insert_proposals(self, conn: Connection, rows: Sequence[NamedTuple]) -> ProposalsInserted:
+    def insert_proposals(
+        self, conn: Connection, rows: Sequence[NamedTuple], prefer: int = 1
+    ) -> ProposalsInserted:
         """Insert the proposals whose id is new, read the digests of those already stored and
         lock the audit head, in one statement. An id a concurrent transaction inserted and
         committed while this one waited is in neither set: the caller reads it."""
@@ -176,7 +247,7 @@ class PgStatements:
         # In id order: replicas inserting overlapping ids take their index locks in one order,
         # so neither waits for the other in a cycle (in arrival order they deadlocked).
         rows = sorted(rows, key=lambda row: str(row.id))  # type: ignore[attr-defined]
-        params = _arrays("p", rows, len(columns))
+        params = {**_arrays("p", rows, len(columns)), "head_prefer": prefer}
         new: set[str] = set()
         existing: dict[str, str] = {}
         head = None
@@ -206,6 +277,7 @@ class PgStatements:
         conn: Connection,
         decisions: Sequence[DecisionRecord],
         steps: Sequence[StepRow],
+        prefer: int = 1,
     ) -> StepsApplied:
         """Record the decisions whose nonce is new; apply each step whose nonce is new (or
         that has none): its version-checked request update and its proposal's status; lock
@@ -221,6 +293,7 @@ class PgStatements:
         params = {
             **_arrays("d", decisions, len(DecisionRecord._fields)),
             **_arrays("s", steps, len(StepRow._fields)),
+            "head_prefer": prefer,
         }
         new_nonces: set[str] = set()
         moved: set[str] = set()

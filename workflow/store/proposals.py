@@ -54,7 +54,31 @@ class Proposals:
             unique.setdefault(rec.id, rec)
         if not unique:
             return IntakeResult(new=set(), existing_digests={})
+        if self.db.pg_inserts is not None and await self.db.transact_at_head(
+            lambda conn, head: self._record_at(conn, head, unique, now)
+        ):
+            return IntakeResult(new=set(unique), existing_digests={})
         return await self.db.transact(lambda conn: self._record(conn, unique, now))
+
+    def _record_at(
+        self, conn: Connection, head: Head, unique: dict[str, IntakeRecord], now: datetime
+    ) -> Head:
+        """PostgreSQL, one statement: every proposal taken as new, its records chained after
+        `head` (see `Database.transact_at_head`; `HeadMoved` when a proposal was stored or
+        the head moved, and nothing is written)."""
+        pg = self.db.pg_inserts
+        assert pg is not None
+        fresh = list(unique.values())
+        rows, moved = self.audit.chained([a for r in fresh for a in r.audit], now, head)
+        inserts = [
+            # In id order, as `PgStatements.insert_proposals` takes them (one lock order).
+            Insert(PROPOSALS, [unique[i].proposal for i in sorted(unique)], ignore=("id",)),
+            Insert(REQUESTS, [r.request for r in fresh if r.request is not None]),
+            Insert(OUTCOMES, [r.outcome for r in fresh if r.outcome is not None]),
+            Insert(AUDIT, rows),
+        ]
+        pg.run_at(conn, inserts, head, moved)
+        return moved
 
     def _record(
         self, conn: Connection, unique: dict[str, IntakeRecord], now: datetime
@@ -64,7 +88,7 @@ class Proposals:
         pg = self.db.pg_statements
         if pg is not None:
             # One statement: the insert, the stored digests and the audit head's lock.
-            got = pg.insert_proposals(conn, [unique[i].proposal for i in ids])
+            got = pg.insert_proposals(conn, [unique[i].proposal for i in ids], self.db.pg_prefer)
             new, existing, head = got.new, got.existing_digests, got.head
             raced = [i for i in ids if i not in new and i not in existing]
             if raced:  # inserted by another replica while this statement waited

@@ -256,7 +256,10 @@ class Requests:
         assert pg is not None
         rows = [_step_row(write, now) for write, now in steps]
         applied = pg.apply_steps(
-            conn, [w.decision for w, _ in steps if w.decision is not None], rows
+            conn,
+            [w.decision for w, _ in steps if w.decision is not None],
+            rows,
+            self.db.pg_prefer,
         )
         ok = [w.decision is None or w.decision.nonce in applied.new_nonces for w, _ in steps]
         kept = [(w, now) for (w, now), good in zip(steps, ok, strict=True) if good]
