@@ -24,6 +24,8 @@ import tracemalloc
 from dataclasses import dataclass
 from pathlib import Path
 
+from workflow.store.engine import sqlite_memory_used
+
 log = logging.getLogger("headgate.memtrace")
 
 ENV = "HEADGATE_TRACEMALLOC"
@@ -99,11 +101,9 @@ def c_side_figures() -> str:
         info = mallinfo2()
         in_use = (info.uordblks + info.hblkhd) / 2**20
         parts.append(f"malloc in use {in_use:.1f} MB, free {info.fordblks / 2**20:.1f} MB")
-    sqlite = _load("sqlite3")
-    used = getattr(sqlite, "sqlite3_memory_used", None)
+    used = sqlite_memory_used()
     if used is not None:
-        used.restype = ctypes.c_int64
-        parts.append(f"SQLite heap {used() / 2**20:.1f} MB")
+        parts.append(f"SQLite heap {used / 2**20:.1f} MB")
     return ", ".join(parts)
 
 

@@ -125,11 +125,11 @@ def table(model: Any) -> Table:
     return model.__table__  # type: ignore[no-any-return]
 
 
-def _sqlite_memory_used() -> int:
-    """SQLite's heap in bytes (`sqlite3_memory_used`, all connections); 0 where the library
-    cannot be loaded."""
+def sqlite_memory_used() -> int | None:
+    """SQLite's heap in bytes (`sqlite3_memory_used`, all connections); None where the
+    library cannot be loaded."""
     lib = _sqlite_library()
-    return int(lib.sqlite3_memory_used()) if lib is not None else 0
+    return int(lib.sqlite3_memory_used()) if lib is not None else None
 
 
 @functools.cache
@@ -423,9 +423,9 @@ class Database:
             return 0
 
         def shrink(conn: Connection) -> int:
-            before = _sqlite_memory_used()
+            before = sqlite_memory_used() or 0
             conn.exec_driver_sql("PRAGMA shrink_memory")
-            return max(0, before - _sqlite_memory_used())
+            return max(0, before - (sqlite_memory_used() or 0))
 
         return await _in_thread(self._background_writer, shrink)
 
