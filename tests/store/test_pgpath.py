@@ -21,6 +21,7 @@ from tests.store.test_repo import record
 from tests.store.test_steps import KINDS, NOW, step
 from workflow.effects import StepWrite
 from workflow.outcomes import RequestState
+from workflow.store.pgpath import HEAD_MOVED_SENTENCE
 from workflow.store.repo import Store
 from workflow.store.tables import AUDIT, PROPOSALS, REQUESTS
 
@@ -39,6 +40,22 @@ def statements(store: Store) -> Iterator[list[str]]:
         yield sent
     finally:
         event.remove(engine, "before_cursor_execute", seen)
+
+
+@contextmanager
+def server_errors(store: Store) -> Iterator[list[str]]:
+    """The errors the server answered statements with meanwhile (as its log shows them)."""
+    seen: list[str] = []
+
+    def failed(context: Any) -> None:
+        seen.append(str(context.original_exception))
+
+    engine = store.db.engine.sync_engine
+    event.listen(engine, "handle_error", failed)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "handle_error", failed)
 
 
 async def test_an_intake_batch_is_one_statement_once_the_process_knows_its_head(
@@ -91,11 +108,15 @@ async def test_a_head_moved_by_another_process_writes_nothing_and_the_batch_is_s
         await other.proposals.record([record("other-0")], NOW)
         assert other.db.pg_head is not None
         assert other.db.pg_head.chain == 1
-        with statements(one) as sent:
+        with statements(one) as sent, server_errors(one) as errors:
             result = await one.proposals.record([record("one-1"), record("one-2")], NOW)
         assert result.new == {"one-1", "one-2"}
         # The one statement failed, then a transaction on another chain than the one that moved.
         assert len(sent) == 3, sent
+        # The server's error (the line its log shows) says what happened, in its own words.
+        assert len(errors) == 1, errors
+        assert HEAD_MOVED_SENTENCE in errors[0], errors
+        assert "invalid input syntax for type integer" in errors[0], errors
         assert one.db.pg_head is not None
         assert one.db.pg_head.chain == 2
         # From then on each keeps to its own chain, one statement per batch.

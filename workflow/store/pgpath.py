@@ -111,12 +111,16 @@ class PgInserts:
             "h AS (UPDATE audit_head SET seq = :head_seq, hash = :head_hash "
             "WHERE id = :head_chain AND seq = :old_seq AND hash = :old_hash RETURNING id)"
         )
-        # Division by zero unless the head moved as expected and every first row was new:
-        # the statement fails, so none of its writes is kept.
+        # Unless the head moved as expected and every first row was new, the statement fails
+        # on a cast of a sentence to an integer, so none of its writes is kept and the line
+        # the server logs for it (`invalid input syntax for type integer: "headgate: …"`)
+        # says what happened. The sentence ends in a count the server only knows when it runs
+        # the statement: a constant would be cast, and fail, when the statement is planned.
         return text(
-            f"WITH {', '.join(clauses)} SELECT 1 / ((SELECT count(*) FROM h) * "
-            "CASE WHEN (SELECT count(*) FROM t0) = CAST(:first_rows AS BIGINT) "
-            "THEN 1 ELSE 0 END)"
+            f"WITH {', '.join(clauses)} SELECT CASE WHEN (SELECT count(*) FROM h) = 1 "
+            "AND (SELECT count(*) FROM t0) = CAST(:first_rows AS BIGINT) THEN 1 "
+            f"ELSE CAST('{HEAD_MOVED_SENTENCE} (new rows: ' || "
+            "CAST((SELECT count(*) FROM t0) AS VARCHAR) || ')' AS INTEGER) END"
         )
 
     @staticmethod
@@ -153,10 +157,17 @@ class PgInserts:
 # --------------------------------------------------------------------------- locking the head
 
 
-#: What `PgInserts.run_at` meets when its guess was wrong: division by zero (the head moved or
-#: a first row was stored already), a unique key taken (a record number another writer used,
-#: a row of a stored proposal), a deadlock (PostgreSQL chose this statement to fail).
-_HEAD_MOVED = frozenset({"22012", "23505", "40P01"})
+#: What `PgInserts.run_at` meets when its guess was wrong: its own failed cast (the head moved
+#: or a first row was stored already), a unique key taken (a record number another writer
+#: used, a row of a stored proposal), a deadlock (PostgreSQL chose this statement to fail).
+_HEAD_MOVED = frozenset({"22P02", "23505", "40P01"})
+
+#: The sentence of `PgInserts.run_at`'s failure, as the server logs it (no quote in it: it is
+#: a literal of the statement).
+HEAD_MOVED_SENTENCE = (
+    "headgate: the audit chain head was not where this process left it, or a proposal of the "
+    "batch was stored already; nothing was written, the batch is written in a transaction"
+)
 
 
 class HeadMoved(Exception):
