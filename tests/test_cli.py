@@ -225,6 +225,17 @@ def test_user_mistakes_get_one_line_errors_not_tracebacks(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
+def test_an_error_quoting_brackets_prints_them(tmp_path: Path) -> None:
+    # The console takes `[word]` for markup: a path or an extra (`headgate[postgres]`) quoted
+    # in an error lost its brackets, through both ways an error is printed.
+    name = str(tmp_path / "policy[postgres].toml")
+    for args in (["policy", "check", name], ["serve", "--policy", name]):
+        result = cli(tmp_path, *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert f"{name}: the policy file cannot be read" in result.stderr, (args, result.stderr)
+
+
+@pytest.mark.slow
 def test_keys_new_writes_a_private_seed_and_prints_the_policy_snippet(tmp_path: Path) -> None:
     result = cli(tmp_path, "keys", "new", "alice")
     assert result.returncode == 0, result.stderr

@@ -152,9 +152,9 @@ def main() -> None:
     try:
         app()
     except HeadgateError as exc:
-        from workflow.cli.common import err_console
+        from workflow.cli.common import print_error
 
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        print_error(str(exc))
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from workflow.datadir import LOCAL_KEY_FILE
 from workflow.errors import ConfigError, ConnectError
@@ -68,8 +69,14 @@ ScopeOpt = Annotated[
 DEFAULT_DATA_DIR = Path(".headgate")
 
 
+def print_error(message: str) -> None:
+    """`error: <message>` on stderr. The message is escaped: it quotes paths, names and
+    package extras (`headgate[postgres]`), whose brackets rich would take for markup."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    print_error(message)
     raise typer.Exit(code)
 
 
