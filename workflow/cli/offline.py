@@ -171,7 +171,7 @@ def schemas(
             raise typer.Exit(1)
         console.print("schemas are up to date")
     else:
-        console.print(f"wrote {out} ({len(changed)} changed)")
+        console.print(f"wrote {escape(str(out))} ({len(changed)} changed)")
 
 
 keys_app = typer.Typer(help="Approver keys (Ed25519, NATS nkeys format).", no_args_is_help=True)
@@ -192,7 +192,7 @@ def keys_new(
 
     key = ApproverKey.generate()
     key.write(path)
-    console.print(f"wrote {path} (keep it secret; mode 0600)")
+    console.print(f"wrote {escape(str(path))} (keep it secret; mode 0600)")
     console.print(f"public key: [bold]{key.public_key}[/]")
     console.print("register it in the policy file:\n")
     console.print(
@@ -313,7 +313,8 @@ def audit_verify(
             )
         elif archived_result is not None:
             bad = seq_label(archived_result.first_bad_seq or 0)
-            console.print(f"[red]archive broken[/] at record {bad}: {archived_result.problem}")
+            problem = escape(str(archived_result.problem))
+            console.print(f"[red]archive broken[/] at record {bad}: {problem}")
     if not ok:
         raise typer.Exit(1)
 
@@ -355,7 +356,7 @@ def audit_export(
     if not out.parent.is_dir():
         raise ConfigError(f"cannot write {out}: the directory {out.parent} does not exist")
     written = asyncio.run(run())
-    err_console.print(f"wrote {written} audit records to {out}", highlight=False)
+    err_console.print(f"wrote {written} audit records to {escape(str(out))}", highlight=False)
 
 
 @audit_app.command("tail")

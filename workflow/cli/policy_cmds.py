@@ -126,7 +126,7 @@ def policy_check(
         if json_out:
             print_json({"ok": True, "revision": policy.revision, "warnings": gaps})
         else:
-            console.print(f"[green]{file} is valid[/] (revision {policy.revision})")
+            console.print(f"[green]{escape(str(file))} is valid[/] (revision {policy.revision})")
         return
     review = review_catalog(policy, _catalog(tools))
     if json_out:
@@ -305,7 +305,7 @@ def tools_pin(
         console.print(new, highlight=False, markup=False)
         return
     if new == text:
-        console.print(f"{policy}: every tool already pinned ({len(catalog)} checked)")
+        console.print(f"{escape(str(policy))}: every tool already pinned ({len(catalog)} checked)")
         return
     tmp = policy.with_suffix(policy.suffix + ".tmp")
     tmp.write_text(new)
