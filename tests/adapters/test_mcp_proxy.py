@@ -320,37 +320,69 @@ async def wait_listening(port: int) -> None:
                 return
 
 
-async def test_streamable_http_on_both_sides(nats_url: str, tmp_path: Path) -> None:
+def proxy_command(nats_url: str, h: Harness, upstream_url: str, *options: str) -> list[str]:
+    return [sys.executable, "-m", "workflow", "mcp-proxy", "--nats-url", nats_url,
+            "--prefix", h.subjects.prefix, "--agent", AGENT, "--data-dir", "/nonexistent",
+            "--upstream-url", upstream_url, *options]  # fmt: skip
+
+
+async def test_streamable_http_on_both_sides_with_the_upstream_starting_after_the_proxy(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """The proxy starts first and waits for the HTTP upstream to listen, as when both are
+    started at once by a compose file: the upstream binds its port seconds later."""
     notes = tmp_path / "notes.txt"
     upstream_port, proxy_port = free_port(), free_port()
     root = str(Path(__file__).resolve().parents[2])
-    async with service(nats_url, tmp_path / "svc") as h, anyio.create_task_group() as tg:
-        upstream = await anyio.open_process(
-            [sys.executable, str(SERVER), str(notes), str(upstream_port)], cwd=root
-        )
-        proxy = await anyio.open_process(
-            [sys.executable, "-m", "workflow", "mcp-proxy", "--nats-url", nats_url,
-             "--prefix", h.subjects.prefix, "--agent", AGENT, "--data-dir", "/nonexistent",
-             "--upstream-url", f"http://127.0.0.1:{upstream_port}/mcp",
-             "--listen", f"127.0.0.1:{proxy_port}"], cwd=root,
-        )  # fmt: skip
-        try:
-            await wait_listening(upstream_port)
-            await wait_listening(proxy_port)
-            url = f"http://127.0.0.1:{proxy_port}/mcp"
-            async with (
-                streamable_http_client(url) as (read, write),
-                ClientSession(read, write) as client,
-            ):
-                await client.initialize()
-                listed = {t.name for t in (await client.list_tools()).tools}
-                assert "write_note" in listed
-                assert "delete_all" not in listed
-                tg.start_soon(decide, h)
-                result = await client.call_tool("write_note", {"name": "h", "text": "ttp"})
-                assert not result.is_error, text_of(result)
-                assert notes.read_text() == "h=ttp\n"
-        finally:
-            for process in (proxy, upstream):
-                process.terminate()
-                await process.wait()
+    upstream_url = f"http://127.0.0.1:{upstream_port}/mcp"
+    with (
+        (tmp_path / "proxy-stderr.txt").open("wb") as proxy_err,
+        (tmp_path / "upstream-stderr.txt").open("wb") as upstream_err,
+    ):
+        async with service(nats_url, tmp_path / "svc") as h, anyio.create_task_group() as tg:
+            proxy = await anyio.open_process(
+                proxy_command(nats_url, h, upstream_url, "--listen", f"127.0.0.1:{proxy_port}"),
+                cwd=root, stdout=proxy_err, stderr=proxy_err,
+            )  # fmt: skip
+            await anyio.sleep(1)  # the proxy is past its start before the upstream exists
+            upstream = await anyio.open_process(
+                [sys.executable, str(SERVER), str(notes), str(upstream_port)],
+                cwd=root, stdout=upstream_err, stderr=upstream_err,
+            )  # fmt: skip
+            try:
+                await wait_listening(proxy_port)
+                url = f"http://127.0.0.1:{proxy_port}/mcp"
+                async with (
+                    streamable_http_client(url) as (read, write),
+                    ClientSession(read, write) as client,
+                ):
+                    await client.initialize()
+                    listed = {t.name for t in (await client.list_tools()).tools}
+                    assert "write_note" in listed
+                    assert "delete_all" not in listed
+                    tg.start_soon(decide, h)
+                    result = await client.call_tool("write_note", {"name": "h", "text": "ttp"})
+                    assert not result.is_error, text_of(result)
+                    assert notes.read_text() == "h=ttp\n"
+            finally:
+                for process in (proxy, upstream):
+                    if process.returncode is None:
+                        process.terminate()
+                    await process.wait()
+    assert proxy.returncode is not None
+    assert "Traceback" not in (tmp_path / "proxy-stderr.txt").read_text()
+
+
+async def test_an_http_upstream_that_never_listens_stops_the_proxy_with_a_clear_error(
+    nats_url: str, tmp_path: Path
+) -> None:
+    root = str(Path(__file__).resolve().parents[2])
+    upstream_url = f"http://127.0.0.1:{free_port()}/mcp"
+    async with service(nats_url, tmp_path / "svc") as h:
+        command = proxy_command(nats_url, h, upstream_url, "--start-timeout", "1")
+        with anyio.fail_after(60):
+            done = await anyio.run_process(command, cwd=root, check=False)
+    stderr = done.stderr.decode()
+    assert done.returncode != 0
+    assert f"the upstream MCP server `{upstream_url}` was not listening within 1s" in stderr
+    assert "Traceback" not in stderr

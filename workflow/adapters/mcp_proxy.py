@@ -23,10 +23,11 @@ import shlex
 import signal
 import sys
 import uuid
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import anyio
 import mcp_types as types
@@ -253,8 +254,9 @@ async def serve(options: ProxyOptions) -> None:
     """Run the upstream server and serve MCP on stdio until the client closes it."""
     try:
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(_stop_on_signal, tasks.cancel_scope)
-            await _serve(options)
+            shutdown = _Shutdown(tasks.cancel_scope)
+            tasks.start_soon(_stop_on_signal, shutdown)
+            await _serve(options, shutdown)
             tasks.cancel_scope.cancel()
     except BaseExceptionGroup as group:  # the SDK's task groups wrap what went wrong
         found = group.subgroup(lambda e: isinstance(e, HeadgateError))
@@ -263,14 +265,28 @@ async def serve(options: ProxyOptions) -> None:
         raise
 
 
-async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+@dataclass
+class _Shutdown:
+    """What a stop signal does: cancel the proxy, or, once it serves HTTP, ask the HTTP server
+    to finish (cancelling uvicorn in the middle of its lifespan logs a traceback)."""
+
+    scope: anyio.CancelScope
+    http: Any = None  # a uvicorn.Server while it serves
+
+    def __call__(self) -> None:
+        if self.http is not None and not self.http.should_exit:
+            self.http.should_exit = True
+        else:
+            self.scope.cancel()
+
+
+async def _stop_on_signal(shutdown: _Shutdown) -> None:
     """SIGTERM, SIGINT or SIGHUP end the proxy through its normal exit, which stops the
     upstream server; dying on the signal would leave it running (it is in a process group of
-    its own), hung in a call that will never be answered."""
+    its own), hung in a call that will never be answered. A second signal cancels at once."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for _ in signals:
-            scope.cancel()
-            return
+            shutdown()
 
 
 def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -289,7 +305,51 @@ def _upstream_name(options: ProxyOptions) -> str:
     return options.upstream_url or shlex.join(options.command)
 
 
-async def _serve(options: ProxyOptions) -> None:
+async def _wait_listening(url: str) -> None:
+    """Until something accepts TCP connections where `url` points: an HTTP upstream started
+    beside the proxy (a compose file, a supervisor) may bind its port after the proxy starts."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    while True:
+        try:
+            stream = await anyio.connect_tcp(parts.hostname or "localhost", port)
+        except OSError:
+            await anyio.sleep(0.1)
+        else:
+            await stream.aclose()
+            return
+
+
+@contextlib.asynccontextmanager
+async def _upstream_session(options: ProxyOptions) -> AsyncIterator[ClientSession]:
+    """The upstream's MCP session, handshake done, within `start_timeout` of being called."""
+    deadline = anyio.current_time() + options.start_timeout
+    try:
+        if options.upstream_url is not None:
+            with anyio.fail_after(options.start_timeout):
+                await _wait_listening(options.upstream_url)
+    except TimeoutError as exc:
+        raise UpstreamError(
+            f"the upstream MCP server `{options.upstream_url}` was not listening within "
+            f"{options.start_timeout:g}s; is it running, and is the URL right?"
+        ) from exc
+    async with (
+        _upstream_transport(options) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        try:
+            with anyio.fail_at(deadline):
+                await session.initialize()
+        except Exception as exc:
+            why = "no answer" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
+            raise UpstreamError(
+                f"the upstream MCP server `{_upstream_name(options)}` did not complete the MCP "
+                f"handshake within {options.start_timeout:g}s ({why}); is it an MCP server?"
+            ) from exc
+        yield session
+
+
+async def _serve(options: ProxyOptions, shutdown: _Shutdown) -> None:
     target = resolve_nats(
         options.nats_url, role=Role.AGENT, data_dir=options.data_dir, agent=options.agent
     )
@@ -298,34 +358,32 @@ async def _serve(options: ProxyOptions) -> None:
             target, agent=options.agent, workspace=options.workspace, prefix=options.prefix,
             connect_timeout=options.connect_timeout, data_dir=options.data_dir,
         ) as hg,
-        _upstream_transport(options) as (read, write),
-        ClientSession(read, write) as session,
+        _upstream_session(options) as session,
     ):  # fmt: skip
-        try:
-            with anyio.fail_after(options.start_timeout):
-                await session.initialize()
-        except Exception as exc:
-            why = "no answer" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
-            raise UpstreamError(
-                f"the upstream MCP server `{_upstream_name(options)}` did not complete the MCP "
-                f"handshake within {options.start_timeout:g}s ({why}); is it an MCP server?"
-            ) from exc
         proxy = Proxy(hg, session, options)
         server: Server[Any] = Server(
             "headgate-mcp-proxy", on_list_tools=proxy.list_tools, on_call_tool=proxy.call_tool
         )
         if options.listen is not None:
-            await _serve_http(server, *options.listen)
+            await _serve_http(server, *options.listen, shutdown)
             return
         async with stdio_server() as (client_read, client_write):
             with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError):
                 await server.run(client_read, client_write, server.create_initialization_options())
 
 
-async def _serve_http(server: Server[Any], host: str, port: int) -> None:
+async def _serve_http(server: Server[Any], host: str, port: int, shutdown: _Shutdown) -> None:
     """Streamable HTTP at http://HOST:PORT/mcp until the process is stopped."""
     import uvicorn
 
+    class _Uvicorn(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield  # the proxy's own signal receiver stops it, through `should_exit`
+
     app = server.streamable_http_app(host=host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    await uvicorn.Server(config).serve()
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
+    )
+    shutdown.http = _Uvicorn(config)
+    await shutdown.http.serve()
