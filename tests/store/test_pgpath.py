@@ -14,6 +14,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+import pytest
 from sqlalchemy import event, func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -23,6 +24,7 @@ from workflow.effects import StepWrite
 from workflow.outcomes import RequestState
 from workflow.store.pgpath import HEAD_MOVED_SENTENCE
 from workflow.store.repo import Store
+from workflow.store.requests import ConcurrentUpdate
 from workflow.store.tables import AUDIT, PROPOSALS, REQUESTS
 
 
@@ -250,11 +252,20 @@ async def test_replicas_applying_the_same_decisions_at_once_apply_each_once(
             held, version = loaded
             steps.append((step("approved", held.request_id, pid, version, n), NOW))
             moved.append((RequestState.APPROVED, version + 1))
-        # The same decisions, redelivered to three replicas, in three orders.
+        # The same decisions, redelivered to three replicas, in three orders. A replica whose
+        # batch met another's first (ConcurrentUpdate, nothing committed) applies it again, as
+        # the collector plans its messages again.
         orders = [steps, steps[::-1], steps[1::2] + steps[::2]]
-        results = await asyncio.gather(
-            *(s.requests.commit_steps(o) for s, o in zip(stores, orders, strict=True))
-        )
+
+        async def apply(store: Store, order: list[tuple[StepWrite, datetime]]) -> list[bool]:
+            for _ in range(5):
+                try:
+                    return await store.requests.commit_steps(order)
+                except ConcurrentUpdate:
+                    continue
+            raise AssertionError("the batch raced five times")
+
+        results = await asyncio.gather(*(apply(s, o) for s, o in zip(stores, orders, strict=True)))
         applied: dict[str, int] = {}
         for order, result in zip(orders, results, strict=True):
             for (write, _), counted in zip(order, result, strict=True):
@@ -264,6 +275,50 @@ async def test_replicas_applying_the_same_decisions_at_once_apply_each_once(
             states = (await conn.execute(select(REQUESTS.c.state, REQUESTS.c.version))).all()
         assert sorted(states) == sorted(moved)  # each moved once, from the version expected
         assert (await stores[0].audit.verify()).ok
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def test_an_approval_meeting_another_replicas_by_the_same_approver_is_a_concurrent_update(
+    postgres_url: str,
+) -> None:
+    """One replica has written ann's approval of a request, not yet committed; another writes
+    an approval by ann of the same request (a second nonce: the nonce index cannot see the
+    first). Its insert waits in the index of accepted approvers and fails there when the
+    first commits: that is the request moved by another writer (`ConcurrentUpdate`, planned
+    again by the collector), on the batch path and the single-step path, with nothing written."""
+    stores = [await Store.open(postgres_url) for _ in range(2)]
+    try:
+        await stores[0].proposals.record([record("raced-0")], NOW)
+        loaded = await stores[0].requests.load_for_proposal("raced-0")
+        assert loaded is not None
+        held, version = loaded
+        first = step("approved", held.request_id, "raced-0", version, 0)
+        assert first.decision is not None
+        second = replace(first, decision=first.decision._replace(nonce="another-nonce"))
+        for attempt in (
+            lambda: stores[1].requests.commit_steps([(second, NOW)]),
+            lambda: stores[1].requests.commit_step(second, NOW),
+        ):
+            async with stores[0].db.engine.connect() as conn:
+                await conn.run_sync(lambda c: stores[0].requests.commit_steps_in(c, [(first, NOW)]))
+                racing = asyncio.ensure_future(attempt())
+                await until_waiting(stores[1].db.engine, 1)
+                await conn.commit()
+            with pytest.raises(ConcurrentUpdate, match="same approver"):
+                await racing
+            async with stores[0].db.engine.connect() as conn:
+                stored = (await conn.execute(text("SELECT nonce FROM decisions"))).scalars()
+                assert list(stored) == [first.decision.nonce]  # the racing one wrote nothing
+            # Undo the first, for the second path to race the same way.
+            async with stores[0].db.engine.begin() as conn:
+                await conn.execute(text("DELETE FROM outcomes"))
+                await conn.execute(text("DELETE FROM decisions"))
+                await conn.execute(
+                    text("UPDATE requests SET state = 'pending', version = :v, closed_at = NULL"),
+                    {"v": version},
+                )
     finally:
         for s in stores:
             await s.close()

@@ -8,11 +8,13 @@ outbox events and the audit records the step produced.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, bindparam, func, select, update
+from sqlalchemy.exc import IntegrityError
 
 from workflow.approvals import HeldRequest
 from workflow.effects import DecisionRecord, StepWrite
@@ -23,11 +25,31 @@ from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
 from workflow.store.outbox import IGNORE, Outbox, records
 from workflow.store.pgpath import Head, Insert, StepRow
+from workflow.store.schema import ACCEPTED_APPROVER_INDEX
 from workflow.store.tables import DECISIONS, OUTBOX, OUTCOMES, PROPOSALS, REQUESTS
 
 
 class ConcurrentUpdate(Exception):
     """Another writer changed the request first; reload and apply again."""
+
+
+@contextlib.contextmanager
+def _approver_raced() -> Iterator[None]:
+    """A decision insert that met another transaction's accepted approval by the same approver
+    on the same request is another writer moving the request first: `ConcurrentUpdate`.
+
+    On PostgreSQL, replicas insert the same decision at once (a redelivery) or two of one
+    approver's (two nonces). `ON CONFLICT (nonce)` settles the first only when the other row
+    is seen in the nonce index before this one is written; otherwise this insert waits in the
+    approvers' index and fails there when the other commits. Planned again, the message finds
+    its nonce taken, or the approver's approval recorded. (Not `ON CONFLICT DO NOTHING` on
+    both indexes: a second approval by one approver must never be dropped without a word.)"""
+    try:
+        yield
+    except IntegrityError as exc:
+        if ACCEPTED_APPROVER_INDEX in str(exc.orig):
+            raise ConcurrentUpdate(f"an approval by the same approver ({exc.orig})") from exc
+        raise
 
 
 # The reads of every decision, built once (building a statement costs more than running it).
@@ -215,8 +237,10 @@ class Requests:
         batch's latest moment. On PostgreSQL the nonces, request updates and statuses are one
         statement, the rest another (`pgpath`)."""
         if self.db.pg_statements is not None:
-            return self._commit_steps_pg(conn, steps)
-        ok = self._insert_decisions(conn, [w.decision for w, _ in steps])
+            with _approver_raced():
+                return self._commit_steps_pg(conn, steps)
+        with _approver_raced():
+            ok = self._insert_decisions(conn, [w.decision for w, _ in steps])
         kept = [(w, now) for (w, now), good in zip(steps, ok, strict=True) if good]
         if not kept:
             return ok
@@ -323,7 +347,8 @@ class Requests:
     def commit_step_in(self, conn: Connection, write: StepWrite, now: datetime) -> bool:
         """`commit_step` inside the caller's transaction."""
         if write.decision is not None:
-            got = conn.execute(self._insert_decision, write.decision._asdict())
+            with _approver_raced():
+                got = conn.execute(self._insert_decision, write.decision._asdict())
             if got.first() is None:
                 return False
         if write.expected_version is not None:

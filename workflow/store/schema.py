@@ -78,13 +78,17 @@ class RequestRow(SQLModel, table=True):
     closed_at: datetime | None = _ts(nullable=True)
 
 
+#: The unique index of accepted approvals: one per approver and request.
+ACCEPTED_APPROVER_INDEX = "ux_decisions_accepted_approver"
+
+
 class DecisionRow(SQLModel, table=True):
     """Every decision received, accepted or refused; the nonce can never be used again."""
 
     __tablename__ = "decisions"
     __table_args__ = (
         Index(
-            "ux_decisions_accepted_approver",
+            ACCEPTED_APPROVER_INDEX,
             "request_id",
             "approver",
             unique=True,
