@@ -69,6 +69,33 @@ async def test_checkpoints_keep_the_wal_from_growing(tmp_path: Path) -> None:
     assert max(sizes) < 4 * one_round, sizes  # the log is reused, not appended to forever
 
 
+@pytest.mark.slow
+async def test_between_commits_a_checkpoint_completes_without_the_write_lock(
+    tmp_path: Path,
+) -> None:
+    # Another process holds the write lock throughout: a checkpoint that needed it would wait.
+    # Nothing commits during these checkpoints, so each completes the log without the lock,
+    # and the next commit starts the log over.
+    path = tmp_path / "hg.db"
+    holder = await _hold_in_another_process(path, 30.0)
+    conn = _writer(path)
+    checkpointer = WalCheckpointer(str(path), SqliteWriteLock(str(path)), interval=0.0)
+    try:
+        for _ in range(10):
+            _round(conn)
+            checkpointer.committed()
+            await asyncio.wait_for(_checkpointed(checkpointer), 10)
+        _round(conn)
+        assert checkpointer.completed_unlocked == 10
+        assert checkpointer.completed_locked == 0
+        assert _wal_restarts(path) == 10
+    finally:
+        holder.kill()
+        await holder.wait()
+        await checkpointer.close()
+        conn.close()
+
+
 async def test_without_checkpoints_the_wal_grows(tmp_path: Path) -> None:
     # The control for the test above: with automatic checkpoints off, nothing else shrinks it.
     path = tmp_path / "hg.db"
