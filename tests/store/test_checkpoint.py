@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
 from tests.store.test_repo import NOW, record
 from workflow.store.engine import WAL_SIZE_LIMIT, create_engine, sqlite_sync_writer
@@ -94,6 +94,32 @@ async def test_between_commits_a_checkpoint_completes_without_the_write_lock(
         await holder.wait()
         await checkpointer.close()
         conn.close()
+
+
+async def test_a_background_transaction_returns_once_a_checkpoint_has_copied_it(
+    tmp_path: Path,
+) -> None:
+    # The pruner's transactions write megabytes to the log; each is checkpointed before the
+    # pruner goes on, whatever the interval, so the next commit starts the log over. The
+    # stages' commits wait for the interval (an hour here: no checkpoint).
+    path = tmp_path / "hg.db"
+    store = await Store.open(f"sqlite+aiosqlite:///{path}")
+    assert store.db._checkpointer is not None
+    store.db._checkpointer.interval = 3600.0
+    await store.db.transact(lambda conn: conn.execute(text("CREATE TABLE bulk (x BLOB)")))
+
+    def bulk(conn: Connection) -> None:
+        conn.execute(text("INSERT INTO bulk VALUES (:x)"), [{"x": b"x" * 4000}] * 200)
+
+    try:
+        await store.db.transact(bulk)
+        await store.db.transact(bulk)  # a stage's commits: the log only grows
+        assert _wal_restarts(path) == 0
+        await store.db.transact(bulk, background=True)
+        await store.db.transact(bulk)
+        assert _wal_restarts(path) == 1
+    finally:
+        await store.close()
 
 
 async def test_without_checkpoints_the_wal_grows(tmp_path: Path) -> None:

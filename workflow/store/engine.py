@@ -358,7 +358,8 @@ class Database:
             async with self._write_lock.hold(background=True):
                 result = await _in_thread(self._background_writer, body)
             if self._checkpointer is not None:
-                self._checkpointer.committed()
+                # Its frames copied before the next one lands (see `after_bulk_commit`).
+                await self._checkpointer.after_bulk_commit()
             return result
         async with self._write_lock.hold(urgent=urgent):
             kept = self._writer(writer)

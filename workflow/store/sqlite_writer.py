@@ -133,6 +133,20 @@ class WalCheckpointer:
         self._task = asyncio.create_task(self._run())
         self._task.add_done_callback(_log_failure)
 
+    async def after_bulk_commit(self) -> None:
+        """Checkpoint now, whatever the interval, and return when it is done: for a commit
+        that wrote a lot to the log (a pruning transaction). Its frames are then copied
+        without the lock before the next such commit lands; otherwise they arrive during the
+        checkpoint's short passes, and its locked pass copies them while writers wait."""
+        while self._task is not None and not self._task.done():
+            await asyncio.wait([self._task])
+        if self._closing:
+            return
+        self._last = time.monotonic()
+        self._task = asyncio.create_task(self._run())
+        self._task.add_done_callback(_log_failure)
+        await asyncio.wait([self._task])
+
     async def _run(self) -> None:
         # A pass that copies frames may have missed a commit that landed during it; a pass that
         # finds the log complete, at the same length as the last pass left it, has missed none.
