@@ -232,7 +232,12 @@ async def approver_bot(nc: NATS, bot: ApproverKey, stop: asyncio.Event) -> Count
     return done
 
 
-async def stream_bodies(nc: NATS, stream: str, subject: str) -> list[dict[str, Any]]:
+async def stream_bodies(
+    nc: NATS, stream: str, subject: str, patience: float = 30.0
+) -> list[dict[str, Any]]:
+    """Every message the stream holds. Right after the cluster's chaos a new consumer's first
+    fetches may time out while its replicas settle: they are retried for up to `patience`
+    seconds before the messages read so far are returned."""
     js = nc.jetstream(timeout=10)
     info = await js.stream_info(stream)
     total = info.state.messages
@@ -241,11 +246,14 @@ async def stream_bodies(nc: NATS, stream: str, subject: str) -> list[dict[str, A
         config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE),
     )  # fmt: skip
     out: list[dict[str, Any]] = []
+    deadline = asyncio.get_running_loop().time() + patience
     while len(out) < total:
         try:
             msgs = await sub.fetch(500, timeout=2)
-        except Exception:
-            break
+        except nats.errors.TimeoutError:
+            if asyncio.get_running_loop().time() > deadline:
+                break
+            continue
         for m in msgs:
             try:
                 body = json.loads(m.data)
@@ -329,7 +337,8 @@ async def check_guarantees(
     assert chain.ok, chain.problem
 
     dead = await stream_bodies(nc, SUBJECTS.stream("dead"), "headgate.>")
-    assert len(dead) == load.malformed, [d.get("error") for d in dead]
+    stored = (await nc.jetstream().stream_info(SUBJECTS.stream("dead"))).state.messages
+    assert len(dead) == load.malformed, (f"{stored} stored", [d.get("error") for d in dead])
     payloads = {d["payload"] for d in dead}
     assert "{not json" in payloads
     counts = {
