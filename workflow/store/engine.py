@@ -341,7 +341,8 @@ class Database:
         writers of this process waiting at that moment (see `PriorityLock`). `background`:
         housekeeping (the retention pruner): it goes after them, and on SQLite runs in a worker
         thread on a connection of its own rather than on the event loop, so a long deletion
-        does not stop the stages meanwhile (their writes wait for the lock; their reads go on).
+        does not stop the stages meanwhile (their writes wait for the lock; their reads go on),
+        and returns once a checkpoint has copied what it wrote to the log.
 
         SQLite: the whole transaction runs synchronously on the event loop's thread, on the
         synchronous writer, serialised by the write lock like every other write. A transaction
