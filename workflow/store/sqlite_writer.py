@@ -100,11 +100,11 @@ class WalCheckpointer:
     without end while commits keep coming (measured: 6 GB in 4 minutes at 600 proposals/s, its
     index mapped into memory with it). So a checkpoint makes passes without the lock, each
     copying what the commits added during the last, until one finds nothing left to copy (the
-    log is complete as it stands: the next commit starts it over); after `unlocked_passes`
-    passes that each found more, its last pass holds the store's write lock, so that no commit
-    lands during it. Writers wait for the lock only then; the event loop never does (the copy
-    and its syncs run in the thread). The log file is cut back to `journal_size_limit` when it
-    restarts.
+    log is complete as it stands: the next commit starts it over); when the first pass and
+    `unlocked_passes` more each found more, its last pass holds the store's write lock, so
+    that no commit lands during it. Writers wait for the lock only then; the event loop never
+    does (the copy and its syncs run in the thread). The log file is cut back to
+    `journal_size_limit` when it restarts.
     """
 
     def __init__(
@@ -126,12 +126,9 @@ class WalCheckpointer:
     def committed(self) -> None:
         if self._closing or (self._task is not None and not self._task.done()):
             return
-        now = time.monotonic()
-        if now - self._last < self.interval:
+        if time.monotonic() - self._last < self.interval:
             return
-        self._last = now
-        self._task = asyncio.create_task(self._run())
-        self._task.add_done_callback(_log_failure)
+        self._start()
 
     async def after_bulk_commit(self) -> None:
         """Checkpoint now, whatever the interval, and return when it is done: for a commit
@@ -140,12 +137,14 @@ class WalCheckpointer:
         checkpoint's short passes, and its locked pass copies them while writers wait."""
         while self._task is not None and not self._task.done():
             await asyncio.wait([self._task])
-        if self._closing:
-            return
+        if not self._closing:
+            await asyncio.wait([self._start()])
+
+    def _start(self) -> asyncio.Task[None]:
         self._last = time.monotonic()
         self._task = asyncio.create_task(self._run())
         self._task.add_done_callback(_log_failure)
-        await asyncio.wait([self._task])
+        return self._task
 
     async def _run(self) -> None:
         # A pass that copies frames may have missed a commit that landed during it; a pass that
