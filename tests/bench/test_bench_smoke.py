@@ -94,6 +94,24 @@ def test_a_soak_runs_at_the_rate_or_share_given(given: list[str]) -> None:
         assert soak["rate"] == round(soak["max_throughput"] * 0.1, 1)
     assert soak["lost"] == 0
     assert soak["completed"] == soak["published"] > 0
+    # A soak shorter than a minute still has its row: what completed in its few seconds.
+    [row] = soak["minutes"]
+    assert row["seconds"] < 60
+    assert row["completed"] == soak["completed"]
+    assert row["read_ms"]["count"] > 0
+
+
+def test_a_soak_shorter_than_a_minute_prints_its_row() -> None:
+    app = typer.Typer()
+    app.command()(bench)
+    result = CliRunner().invoke(
+        app, ["--soak", "0.1", "--soak-share", "0.2", "--count", "100", "--warmup", "20"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "0.20 × the max of" in result.output
+    rows = [line for line in result.output.splitlines() if re.match(r"│ 1 \(\d", line)]
+    assert len(rows) == 1, result.output
+    assert re.search(r"^│[^│]+│\s+[1-9][\d.]*\s+│", rows[0]), rows[0]  # its throughput
 
 
 def test_sigterm_stops_what_the_bench_started(tmp_path: Path) -> None:

@@ -440,36 +440,44 @@ async def soak(rig: Rig, config: BenchConfig, reporter: Reporter) -> dict[str, A
     reporter.phase("soak", int(rate * seconds))
     cpu0 = rig.service.usage().cpu
 
+    last_cpu = cpu0
+    start = perf_counter()
+
+    async def sample(minute: int, seconds: float) -> None:
+        """Close the window of `minute` (`seconds` long): its figures become a row."""
+        nonlocal last_cpu
+        samples, completed = tracker.take_window()
+        use = rig.service.usage()
+        row: dict[str, Any] = {
+            "minute": minute,
+            "seconds": round(seconds, 1),
+            "completed": completed,
+            "throughput": round(completed / max(seconds, 1e-3), 1),
+            "read_ms": summarize(samples.get("read", [])),
+            "approved_ms": summarize(samples.get("approved", [])),
+            "rss_mb": use.rss_mb,
+            "database_mb": await rig.database_mb(),
+            "cpu_s_per_1000": _per_1000(_delta(last_cpu, use.cpu), completed),
+            "outstanding": len(tracker.pending),
+        }
+        last_cpu = use.cpu
+        minutes.append(row)
+        read = row["read_ms"] or {}
+        appr = row["approved_ms"] or {}
+        reporter.say(
+            f"minute {minute:>3}: {row['throughput']:>8}/s  read p50 {read.get('p50')} ms "
+            f"p99 {read.get('p99')} ms  approved p50 {appr.get('p50')} ms  "
+            f"RSS {use.rss_mb} MB  database {row['database_mb']} MB  "
+            f"CPU/1000 {row['cpu_s_per_1000']} s"
+            + ("" if seconds >= 59.5 else f"  (over {seconds:.0f} s)")
+        )
+
     async def sample_minutes() -> None:
-        last_cpu = cpu0
         minute = 0
-        start = perf_counter()
         while True:
             minute += 1
             await asyncio.sleep(max(0.0, start + 60 * minute - perf_counter()))
-            samples, completed = tracker.take_window()
-            use = rig.service.usage()
-            row: dict[str, Any] = {
-                "minute": minute,
-                "completed": completed,
-                "throughput": round(completed / 60, 1),
-                "read_ms": summarize(samples.get("read", [])),
-                "approved_ms": summarize(samples.get("approved", [])),
-                "rss_mb": use.rss_mb,
-                "database_mb": await rig.database_mb(),
-                "cpu_s_per_1000": _per_1000(_delta(last_cpu, use.cpu), completed),
-                "outstanding": len(tracker.pending),
-            }
-            last_cpu = use.cpu
-            minutes.append(row)
-            read = row["read_ms"] or {}
-            appr = row["approved_ms"] or {}
-            reporter.say(
-                f"minute {minute:>3}: {row['throughput']:>8}/s  read p50 {read.get('p50')} ms "
-                f"p99 {read.get('p99')} ms  approved p50 {appr.get('p50')} ms  "
-                f"RSS {use.rss_mb} MB  database {row['database_mb']} MB  "
-                f"CPU/1000 {row['cpu_s_per_1000']} s"
-            )
+            await sample(minute, 60.0)
 
     sampler = asyncio.create_task(sample_minutes())
 
@@ -485,7 +493,13 @@ async def soak(rig: Rig, config: BenchConfig, reporter: Reporter) -> dict[str, A
             await sampler
         reporter.done()
         rig.observer.tracker = None
-    full = [m for m in minutes if m["read_ms"]]
+    # What completed after the last full minute is a row of its own when it is a soak's only
+    # one or a stretch worth reading (--soak 2.5); the few seconds of a whole-minute soak's
+    # settling are not: that row would stand for the soak's last minute in the verdict.
+    rest = perf_counter() - start - 60 * len(minutes)
+    if tracker.window_completed and (not minutes or rest >= 10.0):
+        await sample(len(minutes) + 1, rest)
+    full = [m for m in minutes if m["read_ms"] and (m["seconds"] >= 59.5 or len(minutes) == 1)]
     verdict: dict[str, Any] = {}
     if len(full) >= 2:
         first, last = full[0], full[-1]

@@ -253,14 +253,17 @@ def _print_soak(result: dict[str, Any]) -> None:
 
     soak = result["soak"]
     console.print(
-        f"[bold]soak[/] at {soak['rate']:g}/s (half of {soak['max_throughput']:g}/s max) "
-        f"{result['date']}"
+        f"[bold]soak[/] at {soak['rate']:g}/s "
+        f"({soak['rate'] / max(soak['max_throughput'], 1.0):.2f} × the max of "
+        f"{soak['max_throughput']:g}/s) {result['date']}"
     )
     table = Table("minute", "proposals/s", "read p50", "read p99", "approved p50", "RSS MB",
                   "database MB", "CPU s/1000", "in flight")  # fmt: skip
     for row in soak["minutes"]:
         read, appr = row["read_ms"] or {}, row["approved_ms"] or {}
-        table.add_row(str(row["minute"]), _fmt(row["throughput"]), _fmt(read.get("p50")),
+        seconds = row.get("seconds", 60.0)
+        minute = str(row["minute"]) if seconds >= 59.5 else f"{row['minute']} ({seconds:g} s)"
+        table.add_row(minute, _fmt(row["throughput"]), _fmt(read.get("p50")),
                       _fmt(read.get("p99")), _fmt(appr.get("p50")), _fmt(row["rss_mb"]),
                       _fmt(row.get("database_mb")), _fmt(row["cpu_s_per_1000"]),
                       str(row["outstanding"]))  # fmt: skip
