@@ -102,11 +102,10 @@ _CLUES = (
 
 def _may_hold_secret(text: str) -> bool:
     low = text.lower()
-    return (
-        any(clue in low for clue in _CLUES)
-        or ("://" in low and "@" in low)  # a URL's userinfo
-        or _OPAQUE.search(text) is not None
-    )
+    for clue in _CLUES:  # a loop, not any() over a generator: a third less, several per call
+        if clue in low:
+            return True
+    return ("://" in low and "@" in low) or _OPAQUE.search(text) is not None  # URL userinfo
 
 
 def mask_text(text: str) -> str:

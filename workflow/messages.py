@@ -673,9 +673,15 @@ def _conforms(adapter: TypeAdapter[str], value: object) -> bool:
     return True
 
 
+#: The encoder `json.dumps` would build for `canonical_json`'s arguments on every call, built
+#: once (it holds no state between calls): the audit chain hashes several values per proposal.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: Any) -> str:
-    """Deterministic JSON: sorted keys, no insignificant whitespace, UTF-8 kept."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """Deterministic JSON: sorted keys, no insignificant whitespace, UTF-8 kept (what
+    `json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)` gives)."""
+    return _CANONICAL.encode(value)
 
 
 def sha256_hex(text: str) -> str:

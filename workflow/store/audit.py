@@ -124,7 +124,8 @@ class AuditLog:
         for entry in entries:
             seq += 1
             # The column's length (PostgreSQL refuses longer; the wire bounds keep within it).
-            entry = replace(entry, actor=entry.actor[:ACTOR_LENGTH])
+            if len(entry.actor) > ACTOR_LENGTH:
+                entry = replace(entry, actor=entry.actor[:ACTOR_LENGTH])
             data = entry.data if isinstance(entry.data, str) else canonical_json(entry.data)
             digest = chain_hash(
                 prev, seq, at, entry.kind, entry.proposal_id, entry.request_id, entry.actor, data

