@@ -11,7 +11,12 @@ from typing import Any
 import nats
 import pytest
 
-from tests.service.helpers import propose, running_service, wait_until
+from tests.adapters.test_hook_gate import AGENT
+from tests.adapters.test_lite import NO_DATA, mcp_call
+from tests.service.helpers import decision, propose, running_service, send_decision, wait_until
+from workflow.adapters import lite
+from workflow.adapters.calls import Action
+from workflow.adapters.options import GateOptions
 from workflow.errors import ConnectError
 from workflow.service.embedded import EmbeddedNats
 from workflow.service.lifecycle import Service
@@ -121,3 +126,62 @@ async def test_the_service_stops_and_closes_its_connection_while_nats_is_down(
     await asyncio.sleep(0.5)  # the connection is reconnecting now: drain refuses
     await asyncio.wait_for(service.stop(), 30)
     assert service.ctx.nc.is_closed  # no reconnect loop left behind
+
+
+async def test_a_hook_waiting_for_an_approval_outlives_a_nats_restart(
+    fresh_nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    """The light hook client holds one connection while a held call waits for a person: a
+    server restarted meanwhile (a node of a cluster replaced) must not end the wait. It opens
+    another connection, listens again and asks the service; the approval given after the
+    restart releases the call."""
+    async with running_service(fresh_nats.url, tmp_path / "svc") as h:
+        opts = GateOptions(agent=AGENT, prefix=h.subjects.prefix, nats_url=fresh_nats.url,
+                           data_dir=NO_DATA, wait=60.0, connect_timeout=2.0)  # fmt: skip
+        waiting = asyncio.create_task(asyncio.to_thread(lite.decide, mcp_call("s1"), opts, 90.0))
+        (item,) = await wait_until(
+            lambda: asyncio.sleep(0, h.observer.of("inbox")), lambda items: len(items) == 1
+        )
+        port = int(fresh_nats.url.rsplit(":", 1)[1])
+        fresh_nats.kill()
+        await asyncio.sleep(1.0)
+        assert not waiting.done(), "the hook gave up when the connection was lost"
+        restarted = EmbeddedNats(store_dir=fresh_nats.store_dir, port=port)
+        restarted.start()
+        try:
+            await wait_until(
+                lambda: asyncio.sleep(0, h.service.ctx.nc.is_connected),  # type: ignore[union-attr]
+                bool,
+                timeout=15,
+            )
+            signed = decision(h.key, item["request_id"], item["proposal_digest"])
+            for _ in range(40):
+                try:
+                    await send_decision(h.nc, h.subjects, signed)
+                    break
+                except Exception:
+                    await asyncio.sleep(0.25)
+            answer = await asyncio.wait_for(waiting, 60)
+            assert answer.action == Action.ALLOW, answer.reason
+            assert item["request_id"] in answer.reason
+        finally:
+            restarted.stop()
+
+
+async def test_a_hook_whose_nats_does_not_come_back_fails_closed_within_its_wait(
+    fresh_nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    """No server again before the wait ends: the hook stops with an error (the caller
+    blocks the call), in time, instead of hanging or allowing anything."""
+    async with running_service(fresh_nats.url, tmp_path / "svc") as h:
+        opts = GateOptions(agent=AGENT, prefix=h.subjects.prefix, nats_url=fresh_nats.url,
+                           data_dir=NO_DATA, wait=4.0, connect_timeout=2.0)  # fmt: skip
+        started = asyncio.get_running_loop().time()
+        waiting = asyncio.create_task(asyncio.to_thread(lite.decide, mcp_call("s2"), opts, 30.0))
+        await wait_until(
+            lambda: asyncio.sleep(0, h.observer.of("inbox")), lambda items: len(items) == 1
+        )
+        fresh_nats.kill()
+        with pytest.raises(ConnectError, match="lost and not made again"):
+            await asyncio.wait_for(waiting, 20)
+        assert asyncio.get_running_loop().time() - started < 15

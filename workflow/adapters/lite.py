@@ -26,7 +26,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -53,11 +53,13 @@ from workflow.adapters.flow import (
 from workflow.adapters.litenats import (
     Connection,
     Msg,
+    NatsConnectionLost,
     NatsError,
     NatsPermissionError,
     NatsTimeout,
     NoResponders,
     connect,
+    open_connection,
 )
 from workflow.adapters.options import GateOptions
 from workflow.errors import ConnectError, HeadgateError
@@ -185,6 +187,7 @@ class Session:
     def __init__(
         self, conn: Connection, subjects: Subjects, agent: str, workspace: str,
         key: str | None, deadline: float,
+        reopen: Callable[[float], Connection] | None = None,
     ) -> None:  # fmt: skip
         self.conn = conn
         self.subjects = subjects
@@ -192,6 +195,10 @@ class Session:
         self.workspace = workspace
         self.key = key
         self.deadline = deadline
+        #: Opens another connection within a timeout (seconds): while a held call waits, a
+        #: lost connection is replaced (a server restarted, a cluster's node gone) instead
+        #: of ending the wait. None: a lost connection ends it.
+        self.reopen = reopen
         self.watching: str | None = None
         self.results: set[int] = set()
 
@@ -488,21 +495,50 @@ class Session:
         until = time.monotonic() + wait
         status = state.status
         while True:
-            if is_terminal(status):  # it ended before this process listened: read it back
-                found = self.find(pid, state.created_at)
-                if found is not None:
-                    return found.answer(call)
-            left = max(until - time.monotonic(), 0.0)
-            event = self.next_event(pid, self.left(min(RECHECK, left)), outcome=True)
-            if event is not None:
-                return event.answer(call)
+            try:
+                if is_terminal(status):  # it ended before this process listened: read it back
+                    found = self.find(pid, state.created_at)
+                    if found is not None:
+                        return found.answer(call)
+                left = max(until - time.monotonic(), 0.0)
+                event = self.next_event(pid, self.left(min(RECHECK, left)), outcome=True)
+                if event is not None:
+                    return event.answer(call)
+            except NatsConnectionLost:
+                if self.reopen is None:
+                    raise
+                # Events published while the connection was down were missed: listen again,
+                # then ask the service at once (and `find` reads a finished call's outcome).
+                self.resume(until)
             try:
                 history = self.history(pid)
             except ConnectError:
                 history = None
+            except NatsConnectionLost:
+                history = None  # the next turn of the loop opens another connection
             status = history["status"] if history is not None else status
             if time.monotonic() >= until:
                 return pending_answer(state.request_id, pid, wait, on_pending)
+
+    def resume(self, until: float) -> None:
+        """Replace a lost connection (before `until`, monotonic, and the hook's deadline) and
+        listen for this agent's events on the new one; `ConnectError` when none could be made."""
+        assert self.reopen is not None
+        self.conn.close()
+        last: Exception | None = None
+        while (left := min(until, self.deadline) - time.monotonic()) > 0:
+            try:
+                self.conn = self.reopen(left)
+                self.results.clear()
+                self.listen()
+                return
+            except NatsPermissionError:
+                raise
+            except (NatsError, ConnectError) as exc:  # gone again, or not back yet
+                last = exc
+                self.conn.close()
+                time.sleep(min(0.2, max(min(until, self.deadline) - time.monotonic(), 0.0)))
+        raise ConnectError(f"the connection to NATS was lost and not made again in time ({last})")
 
     def report(self, call: HookCall) -> str | None:
         """Report a call that ran as executed, once, if Headgate released it and it was not
@@ -579,12 +615,25 @@ def decide(call: HookCall, options: GateOptions, budget: float) -> Answer:
     key = pinned_key(data_dir=options.data_dir)
     subjects = Subjects(options.prefix)
     timeout = min(options.connect_timeout, budget)
+    name = f"headgate-agent-{options.agent}"
+    opened: list[Connection] = []
+
+    def reopen(within: float) -> Connection:
+        conn = open_connection(target, name=name, timeout=within)
+        opened.append(conn)
+        return conn
+
     try:
-        with connect(target, name=f"headgate-agent-{options.agent}", timeout=timeout) as conn:
-            session = Session(conn, subjects, options.agent, options.workspace, key, deadline)
+        with connect(target, name=name, timeout=timeout) as conn:
+            session = Session(
+                conn, subjects, options.agent, options.workspace, key, deadline, reopen
+            )
             if call.phase is Phase.AFTER:
                 session.report(call)
                 return NEUTRAL
             return session.gate(call, options.wait, options.on_pending)
     except NatsError as exc:
         raise ConnectError(str(exc)) from exc
+    finally:
+        for conn in opened:
+            conn.close()

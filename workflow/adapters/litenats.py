@@ -11,7 +11,8 @@ given (a client certificate, the CAs to trust, TLS before the server's INFO for 
 SUB / UNSUB, PUB / HPUB, MSG / HMSG with headers, request / reply on the client's private
 inbox prefix, and the server's `-ERR`s: a refused publish raises `NatsPermissionError` at once
 (the caller fails closed), a refused subscription is recorded (`refused`) for the caller to
-choose another way. There is no reconnect: a lost connection raises `NatsError`.
+choose another way. A lost connection raises `NatsConnectionLost`; the caller may open
+another (`open_connection`) and subscribe again, as a hook waiting for an approval does.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ _CRLF = b"\r\n"
 
 class NatsError(Exception):
     """The connection failed or the server refused something; the message is one sentence."""
+
+
+class NatsConnectionLost(NatsError):
+    """The connection failed or the server closed it: another may be opened (`open_connection`)."""
 
 
 class NatsTimeout(NatsError, TimeoutError):
@@ -166,7 +171,7 @@ class Connection:
         try:
             self.sock.sendall(data)
         except OSError as exc:
-            raise NatsError(f"the connection to NATS failed: {exc}") from exc
+            raise NatsConnectionLost(f"the connection to NATS failed: {exc}") from exc
 
     def subscribe(self, subject: str) -> int:
         self._sid += 1
@@ -205,9 +210,9 @@ class Connection:
         except TimeoutError as exc:
             raise NatsTimeout("no answer from NATS in time") from exc
         except OSError as exc:
-            raise NatsError(f"the connection to NATS failed: {exc}") from exc
+            raise NatsConnectionLost(f"the connection to NATS failed: {exc}") from exc
         if not chunk:
-            raise NatsError("NATS closed the connection")
+            raise NatsConnectionLost("NATS closed the connection")
         self._buf += chunk
 
     def _line(self, deadline: float) -> bytes:
@@ -432,9 +437,18 @@ def _refused(exc: Exception) -> bool:
 
 @contextmanager
 def connect(target: NatsTarget, *, name: str, timeout: float) -> Iterator[Connection]:
+    """`open_connection`, closed on exit."""
+    conn = open_connection(target, name=name, timeout=timeout)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def open_connection(target: NatsTarget, *, name: str, timeout: float) -> Connection:
     """Connect to the first server of `target` that answers, trying them in order (each for
     at most `ATTEMPT_TIMEOUT` seconds) until `timeout` seconds have passed; refused credentials
-    fail at once. Closed on exit."""
+    fail at once. The caller closes it."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     servers = target.servers or ["nats://127.0.0.1:4222"]
@@ -467,7 +481,4 @@ def connect(target: NatsTarget, *, name: str, timeout: float) -> Iterator[Connec
                 raise NatsError(f"cannot reach NATS at {target.url} within {timeout:g}s{reason}")
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
-    try:
-        yield conn
-    finally:
-        conn.close()
+    return conn
