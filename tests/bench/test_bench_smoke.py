@@ -10,7 +10,9 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -112,6 +114,34 @@ def test_a_soak_shorter_than_a_minute_prints_its_row() -> None:
     rows = [line for line in result.output.splitlines() if re.match(r"│ 1 \(\d", line)]
     assert len(rows) == 1, result.output
     assert re.search(r"^│[^│]+│\s+[1-9][\d.]*\s+│", rows[0]), rows[0]  # its throughput
+
+
+def test_executions_are_reported_as_a_hook_reports_them() -> None:
+    """--executions: every release is reported as executed, and the service records each
+    report as the release's owner's (none refused, none unreleased)."""
+    app = typer.Typer()
+    app.command()(bench)
+    result = CliRunner().invoke(
+        app, ["--json", "--executions", "--keep", "--soak", "0.1", "--rate", "50",
+              "--warmup", "20", "--count", "100"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout[result.stdout.index("{") :])
+    kept = Path(report["kept"])
+    try:
+        assert report["config"]["executions"] is True
+        sent = report["executions"]["reports_sent"]
+        assert report["executions"]["errors"] == 0
+        assert sent > 0
+        with contextlib.closing(sqlite3.connect(kept / "service" / "headgate.db")) as db:
+            kinds = dict(db.execute("SELECT kind, count(*) FROM audit GROUP BY kind").fetchall())
+            (rows,) = db.execute("SELECT count(*) FROM executions").fetchone()
+        released = kinds["released"]
+        assert 0 < rows <= sent <= released
+        assert kinds.get("executed") == rows
+        assert not {"executed.refused", "executed.unreleased", "executed.repeated"} & set(kinds)
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
 
 
 def test_sigterm_stops_what_the_bench_started(tmp_path: Path) -> None:

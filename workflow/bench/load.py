@@ -23,7 +23,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from workflow.errors import ConfigError
-from workflow.ids import proposal_msg_id
+from workflow.ids import proposal_msg_id, report_msg_id
 from workflow.messages import ApprovalDecision, DecisionVerdict
 from workflow.signing import ApproverKey
 from workflow.subjects import Subjects
@@ -182,6 +182,8 @@ class Observer:
         self.relay_prefix = relay_prefix
         self.tracker: Tracker | None = None
         self.bot: BotApprover | None = None
+        #: Reports every release of Headgate's as executed (`--executions`); None: not.
+        self.executions: ExecutionReports | None = None
 
     def decided(self, pid: str, t: float) -> None:
         if self.tracker is not None:
@@ -202,6 +204,8 @@ class Observer:
             return
         outcome, _, pid = mid.partition(":")
         tracker.done(pid.partition("~")[0], outcome, t)  # the id, without the service's tag
+        if outcome == "released" and self.executions is not None:
+            await self.executions.on_released(msg.data)
 
     async def _on_inbox(self, msg: Msg) -> None:
         t = perf_counter()
@@ -259,6 +263,37 @@ class BotApprover:
         fut = await self.js.publish_async(
             self.subjects.decisions(decision.request_id), decision.model_dump_json().encode(),
             headers={"Nats-Msg-Id": f"decision:{decision.nonce}"},
+        )  # fmt: skip
+        fut.add_done_callback(self._acked)
+        self.sent += 1
+
+    def _acked(self, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            self.errors += 1
+
+
+class ExecutionReports:
+    """Reports every release of a benchmark proposal as executed, as a hook does once the
+    call ran (`workflow.adapters.lite.Session.report`): the same subject, body and
+    `Nats-Msg-Id`, published into JetStream at once (the call "ran" in no time)."""
+
+    def __init__(self, js: JetStreamContext, subjects: Subjects):
+        self.js, self.subjects = js, subjects
+        self.sent = 0
+        self.errors = 0
+
+    async def on_released(self, data: bytes) -> None:
+        body = json.loads(data)
+        pid, agent, release = body.get("proposal_id"), body.get("agent"), body.get("release_id")
+        if not (isinstance(pid, str) and is_bench_proposal(pid)):
+            return  # not ours
+        report = {
+            "release_id": release, "proposal_id": pid, "agent": agent, "success": True,
+            "summary": "benchmark", "finished_at": datetime.now(UTC).isoformat(),
+        }  # fmt: skip
+        fut = await self.js.publish_async(
+            self.subjects.executed(str(agent)), json.dumps(report).encode(),
+            headers={"Nats-Msg-Id": report_msg_id(str(agent), str(release))},
         )  # fmt: skip
         fut.add_done_callback(self._acked)
         self.sent += 1

@@ -39,6 +39,7 @@ from workflow.bench.load import (
     READS_ONLY,
     TAG_PREFIX,
     BotApprover,
+    ExecutionReports,
     Load,
     Mix,
     Observer,
@@ -107,6 +108,8 @@ class BenchConfig:
     #: Seconds the service keeps decided proposals (`[retention] proposals`); None: its
     #: default policy.
     retention: int | None = None
+    #: Report every released call as executed, as a hook does after it ran.
+    executions: bool = False
 
 
 @dataclass
@@ -258,6 +261,8 @@ async def start_rig(config: BenchConfig, reporter: Reporter) -> Rig:
         observer = Observer(subjects, relay_prefix)
         observer.bot = bot
         bot.on_sent = observer.decided
+        if config.executions:
+            observer.executions = ExecutionReports(nc.jetstream(), subjects)
         await observer.subscribe(obs_nc)
         await obs_nc.flush()
         reporter.say(f"service pid {service.pid} (prefix {subjects.prefix}), relay pid {relay.pid}")
@@ -607,11 +612,14 @@ async def run_bench(config: BenchConfig, reporter: Reporter | None = None) -> di
             "warmup": config.warmup,
             "intake_processes": config.intake_processes,
             "retention_s": config.retention,
+            "executions": config.executions,
         },
     }
     # Nothing between starting the rig and the `try` that stops it: a Ctrl-C (or SIGTERM)
     # there would leave the service and the relay running.
     rig = await start_rig(config, reporter)
+    if config.keep:
+        result["kept"] = str(rig.tmp)
     try:
         await warm_up(rig, config, reporter)
         if config.soak_minutes is not None:
@@ -622,6 +630,9 @@ async def run_bench(config: BenchConfig, reporter: Reporter | None = None) -> di
             result["summary"] = summarize_rounds(rounds, rig.service.usage())
         result["service_peak_rss_mb"] = rig.service.usage().peak_rss_mb
         result["bot"] = {"decisions_sent": rig.bot.sent, "errors": rig.bot.errors}
+        if rig.observer.executions is not None:
+            reports = rig.observer.executions
+            result["executions"] = {"reports_sent": reports.sent, "errors": reports.errors}
     finally:
         await stop_rig(rig, config)
     return result

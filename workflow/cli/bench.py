@@ -125,6 +125,12 @@ def bench(
                      "pruned every 10 s, the audit archived in the temporary directory): a "
                      "soak then shows the database staying bounded. Not with --policy."),
     ] = None,
+    executions: Annotated[
+        bool,
+        typer.Option("--executions", help="Report every released call as executed, as a hook "
+                     "does once the call ran (the service records each in a transaction of "
+                     "its own): the load of real agents. The relay does nothing of the kind."),
+    ] = False,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the temporary directory.")] = False,
     json_out: JsonOut = False,
 ) -> None:  # fmt: skip
@@ -155,16 +161,24 @@ def bench(
         mix=Mix.parse(mix), window=window, think=think, soak_minutes=soak,
         soak_share=soak_share, warmup=warmup,
         database_url=database_url, policy=policy, approver_key=approver_key, keep=keep,
-        intake_processes=intake_processes, retention=kept,
+        intake_processes=intake_processes, retention=kept, executions=executions,
     )  # fmt: skip
     signal.signal(signal.SIGTERM, _stop_like_ctrl_c)  # stop the service and relay it started
     result = asyncio.run(run_bench(config, RichReporter()))
     if json_out:
         print_json(result)
-    elif "soak" in result:
-        _print_soak(result)
     else:
-        _print_summary(result)
+        if "soak" in result:
+            _print_soak(result)
+        else:
+            _print_summary(result)
+        if "executions" in result:
+            reports = result["executions"]
+            console.print(
+                f"execution reports sent {reports['reports_sent']} (errors {reports['errors']})"
+            )
+        if "kept" in result:
+            console.print(f"kept {result['kept']} (the service's data dir is service/ in it)")
 
 
 def _stop_like_ctrl_c(signum: int, frame: object) -> None:
