@@ -5,14 +5,17 @@ the one recorded; a repeat is audited too — no report is dropped without a rec
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import nats
+import pytest
 from sqlalchemy import select
 
 from tests.service.helpers import Harness, propose, running_service, unique_prefix, wait_until
 from workflow.messages import Executed
+from workflow.store.executions import Executions, Report
 from workflow.store.tables import EXECUTIONS
 
 
@@ -95,3 +98,35 @@ async def test_an_agents_reports_are_recorded_in_the_order_it_sent_them(
             if r.kind == "executed.repeated"
         ]
         assert repeated == [f"report {i}" for i in range(1, 12)]
+
+
+async def test_a_report_that_cannot_be_recorded_does_not_hold_up_the_others(
+    nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of reports is one transaction; when it fails, the reports are recorded one by
+    one, so the one that cannot be recorded is retried alone and the rest are kept."""
+    prefix = unique_prefix()
+    async with running_service(nats_url, tmp_path, prefix=prefix) as h:
+        pids = [await propose(h.nc, h.subjects, agent="victim", tool="read_file") for _ in "abc"]
+        released = [(await h.observer.wait_for("released", pid))[0] for pid in pids]
+        subject = h.subjects.executed("victim")
+    nc = await nats.connect(nats_url)
+    try:  # fetched together by the restarted service
+        for rel, summary in zip(released, ["good 1", "poison", "good 2"], strict=True):
+            await nc.jetstream().publish(subject, _executed("victim", rel, summary))
+    finally:
+        await nc.close()
+    original = Executions.record_many
+
+    async def failing(self: Executions, reports: Sequence[Report], now: datetime) -> list[bool]:
+        if any(r.row is not None and r.row.summary == "poison" for r in reports):
+            raise RuntimeError("the database refused the report")
+        return await original(self, reports, now)
+
+    monkeypatch.setattr(Executions, "record_many", failing)
+    async with running_service(nats_url, tmp_path, prefix=prefix) as h:
+        assert h.service.ctx is not None
+        await wait_until(h.audit_kinds, lambda k: k.count("executed") == 2)
+        async with h.service.ctx.store.db.engine.connect() as conn:
+            rows = (await conn.execute(select(EXECUTIONS).order_by(EXECUTIONS.c.summary))).all()
+        assert [r.summary for r in rows] == ["good 1", "good 2"]

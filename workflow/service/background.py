@@ -23,7 +23,8 @@ from workflow.outcomes import Outcome
 from workflow.routing import SERVICE_ACTOR, closing_effects
 from workflow.service.context import ServiceContext
 from workflow.service.publishing import to_resend
-from workflow.service.stage import Settle, Unprocessable
+from workflow.service.stage import Settle
+from workflow.store.executions import Report
 from workflow.store.requests import ConcurrentUpdate
 
 log = logging.getLogger("headgate.background")
@@ -124,90 +125,110 @@ async def every(
 
 
 class Auditor:
-    """Records agents' reports of what happened when they ran a released call."""
+    """Records agents' reports of what happened when they ran a released call.
+
+    A fetched batch of reports is one read (who each release went to) and one transaction,
+    in stream order, as the intake does with proposals: hooks report every call they ran, so
+    these are as many as the releases."""
 
     def __init__(self, ctx: ServiceContext):
         self.ctx = ctx
         self.settle = Settle("auditor", ctx.dead, ctx.retry, ctx.metrics)
 
     async def __call__(self, msgs: Sequence[Msg]) -> None:
+        ctx = self.ctx
+        parsed: list[tuple[Msg, Executed, str | None]] = []
         for msg in msgs:
-            await self.handle(msg)
-
-    async def handle(self, msg: Msg) -> None:
-        """Record one report and settle its message (never raises)."""
+            try:
+                report = Executed.model_validate_json(msg.data)
+            except ValidationError as exc:
+                await self.settle.unprocessable(
+                    msg, f"invalid execution report: {describe_invalid(exc)}"
+                )
+                continue
+            parsed.append((msg, report, ctx.subjects.token_after(msg.subject, "executed")))
+        if not parsed:
+            return
         try:
-            await self._one(msg)
-        except Unprocessable as exc:
-            await self.settle.unprocessable(msg, str(exc))
+            await self._record(parsed)
         except Exception as exc:
-            await self.settle.failed(msg, str(exc))
-        else:
+            if len(parsed) == 1:
+                await self.settle.failed(parsed[0][0], str(exc))
+                return
+            # Nothing of the batch was recorded. One by one, in order: a report that cannot
+            # be recorded is retried on its own and the others are not held up by it.
+            log.warning("auditor: recording %d reports failed (%s); one by one", len(parsed), exc)
+            for one in parsed:
+                try:
+                    await self._record([one])
+                except Exception as why:
+                    await self.settle.failed(one[0], str(why))
+                else:
+                    await self.settle.ack(one[0])
+            return
+        for msg, _, _ in parsed:
             await self.settle.ack(msg)
 
-    async def _one(self, msg: Msg) -> None:
-        ctx = self.ctx
-        try:
-            report = Executed.model_validate_json(msg.data)
-        except ValidationError as exc:
-            raise Unprocessable(f"invalid execution report: {describe_invalid(exc)}") from exc
-        agent = ctx.subjects.token_after(msg.subject, "executed")
-        now = ctx.now()
-        owner = await ctx.store.executions.released_to(report.proposal_id, report.release_id)
-        refusal: tuple[str, str] | None = None
-        if agent != report.agent:
-            refusal = ("executed.unreleased", f"agent {agent} reported for agent {report.agent}")
-        elif owner is None:
-            refusal = (
-                "executed.unreleased",
-                f"no release {report.release_id} of proposal {report.proposal_id} exists: "
-                "the call ran without a release",
-            )
-        elif owner != agent:
-            # Release ids are derived from proposal ids, so another agent can name one: only
-            # the agent the call was released to may say what happened when it ran.
-            refusal = (
-                "executed.refused",
-                f"agent {agent} reported the release {report.release_id}, which was released "
-                f"to agent {owner}; only that agent may report it",
-            )
-        if refusal is not None:
-            kind, why = refusal
-            await ctx.store.audit.append(
-                [
-                    AuditEntry(
-                        kind,
-                        agent or "?",
-                        {"message": why, "report": report.model_dump(mode="json")},
-                        report.proposal_id,
-                    )
-                ],
-                now,
-            )
-            return
-        data = {
-            "release_id": report.release_id,
-            "success": report.success,
-            "summary": report.summary,
-        }
-        await ctx.store.executions.record(
-            ExecutionRecord(
-                release_id=report.release_id,
-                proposal_id=report.proposal_id,
-                agent=report.agent,
-                success=report.success,
-                summary=report.summary,
-                finished_at=report.finished_at,
-            ),
-            AuditEntry("executed", report.agent, data, report.proposal_id),
+    async def _record(self, parsed: Sequence[tuple[Msg, Executed, str | None]]) -> None:
+        store = self.ctx.store.executions
+        owners = await store.owners([(r.proposal_id, r.release_id) for _, r, _ in parsed])
+        await store.record_many(
+            [
+                _report(report, agent, owners.get((report.proposal_id, report.release_id)))
+                for _, report, agent in parsed
+            ],
+            self.ctx.now(),
+        )
+
+
+def _report(report: Executed, agent: str | None, owner: str | None) -> Report:
+    """What to record of one report: its row and audit records, or the refusal's record."""
+    refusal: tuple[str, str] | None = None
+    if agent != report.agent:
+        refusal = ("executed.unreleased", f"agent {agent} reported for agent {report.agent}")
+    elif owner is None:
+        refusal = (
+            "executed.unreleased",
+            f"no release {report.release_id} of proposal {report.proposal_id} exists: "
+            "the call ran without a release",
+        )
+    elif owner != agent:
+        # Release ids are derived from proposal ids, so another agent can name one: only
+        # the agent the call was released to may say what happened when it ran.
+        refusal = (
+            "executed.refused",
+            f"agent {agent} reported the release {report.release_id}, which was released "
+            f"to agent {owner}; only that agent may report it",
+        )
+    if refusal is not None:
+        kind, why = refusal
+        return Report(
+            None,
             AuditEntry(
-                "executed.repeated",
-                report.agent,
-                {**data, "message": f"the release {report.release_id} was already reported"},
+                kind,
+                agent or "?",
+                {"message": why, "report": report.model_dump(mode="json")},
                 report.proposal_id,
             ),
-            now,
         )
+    data = {"release_id": report.release_id, "success": report.success, "summary": report.summary}
+    return Report(
+        ExecutionRecord(
+            release_id=report.release_id,
+            proposal_id=report.proposal_id,
+            agent=report.agent,
+            success=report.success,
+            summary=report.summary,
+            finished_at=report.finished_at,
+        ),
+        AuditEntry("executed", report.agent, data, report.proposal_id),
+        AuditEntry(
+            "executed.repeated",
+            report.agent,
+            {**data, "message": f"the release {report.release_id} was already reported"},
+            report.proposal_id,
+        ),
+    )
 
 
 __all__ = ["SERVICE_ACTOR", "Auditor", "every", "republish_once", "sweep_once"]

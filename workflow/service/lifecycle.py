@@ -278,8 +278,8 @@ class Service:
                 ctx.now(),
             )
             collector = Collector(ctx)
-            # The auditor is a batch stage too: a fetched batch of reports is recorded in
-            # stream order, one at a time, so an agent's first report of a release is the one
+            # The auditor is a batch stage too: a fetched batch of reports is recorded in one
+            # transaction, in stream order, so an agent's first report of a release is the one
             # recorded (a FastStream pull subscriber handles a fetched batch concurrently).
             auditor = Auditor(ctx)
             self.stages += [
