@@ -153,6 +153,15 @@ class Rig:
             return round(int(size) / 2**20, 1)
         return None
 
+    async def reports_waiting(self) -> int | None:
+        """Execution reports stored and not yet recorded by the service (its work queue's
+        messages), or None when it cannot be read."""
+        try:
+            info = await self.nc.jetstream().stream_info(self.subjects.stream("executed"))
+        except Exception:
+            return None
+        return int(info.state.messages)
+
     def nats_usage(self) -> Usage:
         if self.embedded is None or self.embedded.process is None:
             return Usage(None, None, None)
@@ -465,6 +474,8 @@ async def soak(rig: Rig, config: BenchConfig, reporter: Reporter) -> dict[str, A
             "cpu_s_per_1000": _per_1000(_delta(last_cpu, use.cpu), completed),
             "outstanding": len(tracker.pending),
         }
+        if config.executions:
+            row["reports_waiting"] = await rig.reports_waiting()
         last_cpu = use.cpu
         minutes.append(row)
         read = row["read_ms"] or {}
@@ -474,6 +485,7 @@ async def soak(rig: Rig, config: BenchConfig, reporter: Reporter) -> dict[str, A
             f"p99 {read.get('p99')} ms  approved p50 {appr.get('p50')} ms  "
             f"RSS {use.rss_mb} MB  database {row['database_mb']} MB  "
             f"CPU/1000 {row['cpu_s_per_1000']} s"
+            + (f"  reports waiting {row['reports_waiting']}" if config.executions else "")
             + ("" if seconds >= 59.5 else f"  (over {seconds:.0f} s)")
         )
 
