@@ -31,23 +31,33 @@ async def test_the_service_reconnects_after_nats_is_killed_and_restarted(
     async with running_service(fresh_nats.url, tmp_path / "svc") as h:
         before = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
         await h.observer.wait_for("released", before)
-        port = int(fresh_nats.url.rsplit(":", 1)[1])
-        fresh_nats.kill()
-        await asyncio.sleep(0.5)
-        restarted = EmbeddedNats(store_dir=fresh_nats.store_dir, port=port)
-        restarted.start()
+        restarted = await _restart(fresh_nats, pause=0.5)
         try:
             # The client connections reconnect by themselves; JetStream kept its data.
-            await wait_until(
-                lambda: asyncio.sleep(0, h.service.ctx.nc.is_connected),  # type: ignore[union-attr]
-                bool,
-                timeout=15,
-            )
+            await _reconnected(h)
             after = await _propose_retrying(h, tool="read_file", arguments={"path": "b"})
             await h.observer.wait_for("released", after, timeout=20)
             assert (await h.service_history(before))["status"] == "released"
         finally:
             restarted.stop()
+
+
+async def _restart(
+    server: EmbeddedNats, pause: float, meanwhile: asyncio.Task[Any] | None = None
+) -> EmbeddedNats:
+    """Kill the server, wait `pause` seconds (`meanwhile` must still be running then) and
+    start another on the same port and store."""
+    port = int(server.url.rsplit(":", 1)[1])
+    server.kill()
+    await asyncio.sleep(pause)
+    assert meanwhile is None or not meanwhile.done(), "it gave up when the connection was lost"
+    restarted = EmbeddedNats(store_dir=server.store_dir, port=port)
+    restarted.start()
+    return restarted
+
+
+async def _reconnected(h: Any) -> None:
+    await wait_until(lambda: asyncio.sleep(0, h.service.ctx.nc.is_connected), bool, timeout=15)
 
 
 async def _propose_retrying(h: Any, **kw: Any) -> str:
@@ -142,18 +152,9 @@ async def test_a_hook_waiting_for_an_approval_outlives_a_nats_restart(
         (item,) = await wait_until(
             lambda: asyncio.sleep(0, h.observer.of("inbox")), lambda items: len(items) == 1
         )
-        port = int(fresh_nats.url.rsplit(":", 1)[1])
-        fresh_nats.kill()
-        await asyncio.sleep(1.0)
-        assert not waiting.done(), "the hook gave up when the connection was lost"
-        restarted = EmbeddedNats(store_dir=fresh_nats.store_dir, port=port)
-        restarted.start()
+        restarted = await _restart(fresh_nats, pause=1.0, meanwhile=waiting)
         try:
-            await wait_until(
-                lambda: asyncio.sleep(0, h.service.ctx.nc.is_connected),  # type: ignore[union-attr]
-                bool,
-                timeout=15,
-            )
+            await _reconnected(h)
             signed = decision(h.key, item["request_id"], item["proposal_digest"])
             for _ in range(40):
                 try:

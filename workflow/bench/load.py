@@ -225,13 +225,31 @@ class Observer:
         tracker.done(mid.removeprefix("relay:").partition(":")[2], "relayed", t)
 
 
-class BotApprover:
+class _Publisher:
+    """Publishes into JetStream without waiting, counting what it sent and what JetStream
+    did not confirm."""
+
+    def __init__(self, js: JetStreamContext, subjects: Subjects):
+        self.js, self.subjects = js, subjects
+        self.sent = 0
+        self.errors = 0
+
+    async def publish(self, subject: str, payload: bytes, msg_id: str) -> None:
+        fut = await self.js.publish_async(subject, payload, headers={"Nats-Msg-Id": msg_id})
+        fut.add_done_callback(self._acked)
+        self.sent += 1
+
+    def _acked(self, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            self.errors += 1
+
+
+class BotApprover(_Publisher):
     """Approves every held call of the benchmark, at once or after `think` seconds."""
 
     def __init__(self, js: JetStreamContext, subjects: Subjects, key: ApproverKey, think: float):
-        self.js, self.subjects, self.key, self.think = js, subjects, key, think
-        self.sent = 0
-        self.errors = 0
+        super().__init__(js, subjects)
+        self.key, self.think = key, think
         self._tasks: set[asyncio.Task[None]] = set()
         #: Told (proposal id, time) as each decision is handed to the client.
         self.on_sent: Callable[[str, float], None] | None = None
@@ -260,27 +278,16 @@ class BotApprover:
         )  # fmt: skip
         if self.on_sent is not None:
             self.on_sent(str(body["proposal_id"]), perf_counter())
-        fut = await self.js.publish_async(
+        await self.publish(
             self.subjects.decisions(decision.request_id), decision.model_dump_json().encode(),
-            headers={"Nats-Msg-Id": f"decision:{decision.nonce}"},
+            f"decision:{decision.nonce}",
         )  # fmt: skip
-        fut.add_done_callback(self._acked)
-        self.sent += 1
-
-    def _acked(self, fut: asyncio.Future[Any]) -> None:
-        if fut.cancelled() or fut.exception() is not None:
-            self.errors += 1
 
 
-class ExecutionReports:
+class ExecutionReports(_Publisher):
     """Reports every release of a benchmark proposal as executed, as a hook does once the
     call ran (`workflow.adapters.lite.Session.report`): the same subject, body and
     `Nats-Msg-Id`, published into JetStream at once (the call "ran" in no time)."""
-
-    def __init__(self, js: JetStreamContext, subjects: Subjects):
-        self.js, self.subjects = js, subjects
-        self.sent = 0
-        self.errors = 0
 
     async def on_released(self, data: bytes) -> None:
         body = json.loads(data)
@@ -291,16 +298,10 @@ class ExecutionReports:
             "release_id": release, "proposal_id": pid, "agent": agent, "success": True,
             "summary": "benchmark", "finished_at": datetime.now(UTC).isoformat(),
         }  # fmt: skip
-        fut = await self.js.publish_async(
+        await self.publish(
             self.subjects.executed(str(agent)), json.dumps(report).encode(),
-            headers={"Nats-Msg-Id": report_msg_id(str(agent), str(release))},
+            report_msg_id(str(agent), str(release)),
         )  # fmt: skip
-        fut.add_done_callback(self._acked)
-        self.sent += 1
-
-    def _acked(self, fut: asyncio.Future[Any]) -> None:
-        if fut.cancelled() or fut.exception() is not None:
-            self.errors += 1
 
 
 @dataclass
