@@ -97,11 +97,12 @@ async def test_migration_3_drops_the_unique_release_id_and_keeps_the_outcomes(
     async with engine.connect() as conn:
         after = (await conn.execute(text("SELECT * FROM outcomes ORDER BY proposal_id"))).all()
     assert after == before
-    assert await store.executions.released_to("p1", release_id_for("p1")) == "agent-1"
+    released = ("p1", release_id_for("p1"))
+    assert await store.executions.owners([released]) == {released: "agent-1"}
     # denied: no release
-    assert await store.executions.released_to("p2", release_id_for("p2")) is None
+    assert await store.executions.owners([("p2", release_id_for("p2"))]) == {}
     # another's release
-    assert await store.executions.released_to("p2", release_id_for("p1")) is None
+    assert await store.executions.owners([("p2", release_id_for("p1"))]) == {}
     # No unique index on release_id is left: a second row with the same release id is accepted
     # by the database (the id is derived from the primary key, which keeps it unique).
     await _insert_released(engine, "p3", release_id_for("p1"))
@@ -111,7 +112,8 @@ async def test_migration_3_drops_the_unique_release_id_and_keeps_the_outcomes(
 async def test_a_new_database_has_no_unique_release_id(store: Store) -> None:
     await store.proposals.record([record("p1", tool="read_file")], NOW)
     await _insert_released(store.db.engine, "p2", release_id_for("p1"))
-    assert await store.executions.released_to("p1", release_id_for("p1")) == "agent-1"
+    released = ("p1", release_id_for("p1"))
+    assert await store.executions.owners([released]) == {released: "agent-1"}
 
 
 async def _insert_released(engine: AsyncEngine, proposal_id: str, release_id: str) -> None:

@@ -24,11 +24,6 @@ class Executions:
             .returning(EXECUTIONS.c.release_id)
         )
 
-    async def released_to(self, proposal_id: str, release_id: str) -> str | None:
-        """The agent whose proposal `proposal_id` was released as `release_id`; None when it
-        was not released so."""
-        return (await self.owners([(proposal_id, release_id)])).get((proposal_id, release_id))
-
     async def owners(self, releases: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
         """Of (proposal id, release id) pairs, those released so, each with the agent it was
         released to: one read for a batch of reports."""
@@ -49,14 +44,6 @@ class Executions:
             }
 
         return await self.db.read(body)
-
-    async def record(
-        self, row: ExecutionRecord, audit: AuditEntry, repeat: AuditEntry, now: datetime
-    ) -> bool:
-        """Store the first report of a release with its audit record; False for a repeat,
-        which is audited as `repeat` (a report is never dropped without a record)."""
-        (first,) = await self.record_many([Report(row, audit, repeat)], now)
-        return first
 
     async def record_many(self, reports: Sequence[Report], now: datetime) -> list[bool]:
         """A batch of reports in one transaction, in order: the first report of a release is
@@ -79,8 +66,7 @@ class Executions:
             kept: list[bool] = []
             for report in reports:
                 row = report.row
-                first = row is not None and firsts.get(row.release_id) is row
-                new = first and row is not None and row.release_id in stored
+                new = row is not None and firsts[row.release_id] is row and row.release_id in stored
                 kept.append(new)
                 if row is None or new:
                     entries.append(report.audit)
