@@ -12,10 +12,10 @@ import nats
 import pytest
 
 from tests.adapters.test_hook_gate import AGENT
-from tests.adapters.test_lite import NO_DATA, mcp_call
+from tests.adapters.test_lite import NO_DATA, mcp_call, read_call
 from tests.service.helpers import decision, propose, running_service, send_decision, wait_until
 from workflow.adapters import lite
-from workflow.adapters.calls import Action
+from workflow.adapters.calls import Action, Phase
 from workflow.adapters.options import GateOptions
 from workflow.errors import ConnectError
 from workflow.service.embedded import EmbeddedNats
@@ -186,3 +186,119 @@ async def test_a_hook_whose_nats_does_not_come_back_fails_closed_within_its_wait
         with pytest.raises(ConnectError, match="lost and not made again"):
             await asyncio.wait_for(waiting, 20)
         assert asyncio.get_running_loop().time() - started < 15
+
+
+class CuttingProxy:
+    """A TCP relay in front of nats-server that cuts the first connection carrying `trigger`
+    (bytes of a subject). Sent by the client, the bytes go through and the server's answers
+    are dropped; sent by the server (a message delivered), they are dropped. Both sockets
+    close a moment later, as a network fault or a server's crash would leave them. Later
+    connections are relayed untouched."""
+
+    def __init__(self, upstream: str, trigger: bytes) -> None:
+        host, port = upstream.removeprefix("nats://").rsplit(":", 1)
+        self.upstream = (host, int(port))
+        self.trigger = trigger
+        self.cuts = 0
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"nats://127.0.0.1:{port}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        cut = asyncio.Event()
+        armed = self.cuts == 0
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, up: bool) -> None:
+            nonlocal armed
+            while data := await src.read(65536):
+                if cut.is_set():
+                    return  # the answers to what triggered the cut never arrive
+                if armed and self.trigger in data:
+                    armed = False
+                    self.cuts += 1
+                    cut.set()
+                    if not up:
+                        return
+                dst.write(data)
+                await dst.drain()
+
+        async def cutter() -> None:
+            await cut.wait()
+            await asyncio.sleep(0.3)  # the server has handled what went through
+            for w in (writer, up_writer):
+                w.transport.abort()
+
+        tasks = [
+            asyncio.create_task(pump(reader, up_writer, True)),
+            asyncio.create_task(pump(up_reader, writer, False)),
+            asyncio.create_task(cutter()),
+        ]
+        try:
+            await asyncio.wait(tasks[:2], return_when=asyncio.FIRST_COMPLETED)
+        except Exception:
+            pass
+        finally:
+            for task in tasks:
+                task.cancel()
+            for w in (writer, up_writer):
+                w.transport.abort()
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "asking for earlier attempts",
+        "subscribing to the outcomes",
+        "publishing the proposal",
+        "receiving the outcome",
+        "reporting the call",
+    ],
+)
+async def test_a_hook_whose_connection_is_cut_while_proposing_connects_again(
+    fresh_nats: EmbeddedNats, tmp_path: Path, step: str
+) -> None:
+    """A connection lost at any step of a hook call, not only while a held call waits, is
+    replaced and the step taken again: the subscriptions made again, the status question
+    asked again, the proposal
+    published again (JetStream keeps one copy: its message id), an outcome lost on the way
+    asked of the service, the report sent again. The
+    read is released, once, and its execution recorded once; without the new connection the
+    call would be blocked."""
+    async with running_service(fresh_nats.url, tmp_path / "svc") as h:
+        subjects = h.subjects
+        trigger = {
+            "asking for earlier attempts": subjects.api_status(AGENT),
+            "publishing the proposal": subjects.proposals(AGENT),
+            "subscribing to the outcomes": f"SUB {subjects.released(AGENT)} ",
+            "receiving the outcome": f"MSG {subjects.released(AGENT)}",
+            "reporting the call": subjects.executed(AGENT),
+        }[step].encode()
+        proxy = CuttingProxy(fresh_nats.url, trigger)
+        async with proxy as url:
+            opts = GateOptions(agent=AGENT, prefix=subjects.prefix, nats_url=url,
+                               data_dir=NO_DATA, wait=10.0, connect_timeout=2.0)  # fmt: skip
+            before = await asyncio.to_thread(lite.decide, read_call("s4"), opts, 30.0)
+            assert before.action == Action.ALLOW, before.reason
+            after = await asyncio.to_thread(lite.decide, read_call("s4", Phase.AFTER), opts, 30.0)
+            assert after.action is not Action.DENY
+        assert proxy.cuts == 1, "the step under test never ran"
+        assert proxy.connections >= 3  # the hook's two calls, and one connection made again
+        (released,) = h.observer.of("released")
+        pid = released["proposal_id"]
+        history = await wait_until(
+            lambda: h.service_history(pid),
+            lambda found: any(e["kind"] == "executed" for e in found["events"]),
+        )
+        kinds = [e["kind"] for e in history["events"]]
+        assert kinds.count("released") == 1, kinds
+        assert kinds.count("executed") == 1, kinds

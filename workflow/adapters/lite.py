@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from workflow.adapters.calls import (
     NEUTRAL,
@@ -181,6 +181,9 @@ class State:
     outcome: Event | None = None
 
 
+_T = TypeVar("_T")
+
+
 class Session:
     """One hook call's conversation with the service, within `deadline` (monotonic)."""
 
@@ -195,9 +198,9 @@ class Session:
         self.workspace = workspace
         self.key = key
         self.deadline = deadline
-        #: Opens another connection within a timeout (seconds): while a held call waits, a
-        #: lost connection is replaced (a server restarted, a cluster's node gone) instead
-        #: of ending the wait. None: a lost connection ends it.
+        #: Opens another connection within a timeout (seconds): a connection lost at any
+        #: step (a server restarted, a cluster's node gone) is replaced and the step taken
+        #: again, within the hook's deadline. None: a lost connection ends the call.
         self.reopen = reopen
         self.watching: str | None = None
         self.results: set[int] = set()
@@ -438,9 +441,14 @@ class Session:
         """Propose the call (or find the proposal an earlier attempt made) and wait up to
         `wait` seconds for its outcome (then deny or defer, by `on_pending`):
         `workflow.adapters.gate.gate`."""
-        self.listen()
+        try:
+            self.listen()
+        except NatsConnectionLost:
+            if self.reopen is None:
+                raise
+            self.resume(self.deadline)  # listens on the new connection
         base = proposal_base(call, self.agent, self.workspace)
-        generation, found = self.current(base)
+        generation, found = self.reconnecting(lambda: self.current(base))
         if found is not None and spent(found["status"], _kinds(found)):
             generation, found = generation + 1, None
         pid = proposal_id(base, generation)
@@ -451,25 +459,34 @@ class Session:
         """Publish the proposal; its state once the service has classified it."""
         created = datetime.now(UTC)
         body = proposal_body(call, pid, self.agent, self.workspace, created)
-        self.publish(self.subjects.proposals(self.agent), body, proposal_msg_id(self.agent, pid))
-        first = self.next_event(pid, self.left(0.1))  # the first event usually comes at once
+        subject, msg_id = self.subjects.proposals(self.agent), proposal_msg_id(self.agent, pid)
+        # Published again on a new connection: JetStream keeps one copy (the message id).
+        self.reconnecting(lambda: self.publish(subject, body, msg_id))
+        # The first event usually comes at once.
+        first = self.reconnecting(lambda: self.next_event(pid, self.left(0.1)))
         known: dict[str, Any] | None = None
         if first is None:
             until = time.monotonic() + CLASSIFY_TIMEOUT
             delay = 0.005
             while True:
                 try:
-                    known = self.history(pid)
-                except ConnectError:
-                    known = None  # the service may be restarting: keep asking until the end
-                first = self.next_event(pid, 0)
-                if first is not None or known is not None:
-                    break
-                if time.monotonic() >= until:
-                    break
-                first = self.next_event(pid, self.left(min(delay, until - time.monotonic())))
-                if first is not None:
-                    break
+                    try:
+                        known = self.history(pid)
+                    except ConnectError:
+                        known = None  # the service may be restarting: keep asking until the end
+                    first = self.next_event(pid, 0)
+                    if first is not None or known is not None:
+                        break
+                    if time.monotonic() >= until:
+                        break
+                    first = self.next_event(pid, self.left(min(delay, until - time.monotonic())))
+                    if first is not None:
+                        break
+                except NatsConnectionLost:
+                    if self.reopen is None:
+                        raise
+                    # An event sent meanwhile was missed: the next turn asks the service.
+                    self.resume(self.deadline)
                 delay = min(delay * 2, 0.25)
         if first is not None:
             if first.kind == "blocked" and first.body["outcome"] == "invalid":
@@ -477,7 +494,7 @@ class Session:
             state = _state_from_event(first, created)
             if state is not None:
                 return state
-            known = self.history(pid)
+            known = self.reconnecting(lambda: self.history(pid))
         if known is None:
             raise HeadgateError(
                 f"proposal {pid} was published but not classified within "
@@ -519,6 +536,17 @@ class Session:
             status = history["status"] if history is not None else status
             if time.monotonic() >= until:
                 return pending_answer(state.request_id, pid, wait, on_pending)
+
+    def reconnecting(self, step: Callable[[], _T]) -> _T:
+        """`step()`; taken again on a new connection when this one is lost (`reopen`), so
+        `step` must be safe to repeat: a read, or a publish deduplicated by its id."""
+        while True:
+            try:
+                return step()
+            except NatsConnectionLost:
+                if self.reopen is None:
+                    raise
+                self.resume(self.deadline)
 
     def resume(self, until: float) -> None:
         """Replace a lost connection (before `until`, monotonic, and the hook's deadline) and
@@ -629,7 +657,7 @@ def decide(call: HookCall, options: GateOptions, budget: float) -> Answer:
                 conn, subjects, options.agent, options.workspace, key, deadline, reopen
             )
             if call.phase is Phase.AFTER:
-                session.report(call)
+                session.reconnecting(lambda: session.report(call))
                 return NEUTRAL
             return session.gate(call, options.wait, options.on_pending)
     except NatsError as exc:
