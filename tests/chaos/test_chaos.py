@@ -283,7 +283,7 @@ async def wait_for_outcomes(store: Store, expected: int, timeout: float) -> int:
 
 
 async def check_guarantees(
-    nc: NATS, store: Store, load: Load, bot: ApproverKey, label: str
+    nc: NATS, store: Store, load: Load, bot: ApproverKey, label: str, logs: list[Path]
 ) -> dict[str, int]:
     # One terminal outcome per proposal (the outcome table's key), none missing, none extra.
     async with store.db.engine.connect() as conn:
@@ -320,6 +320,8 @@ async def check_guarantees(
     assert max(released.values()) == 1, "a proposal was released twice"
     assert max(blocked.values()) == 1
     assert not set(released) & set(blocked)
+    missing = set(load.valid) - set(released) - set(blocked)
+    assert not missing, await _missing_events(nc, missing, outcomes, logs)
     assert set(released) | set(blocked) == set(load.valid)
     for pid, outcome in outcomes.items():
         assert (pid in released) == (outcome == "released"), pid
@@ -353,6 +355,30 @@ async def check_guarantees(
     counts.update({f"outcome {k}": v for k, v in Counter(outcomes.values()).items()})
     print(f"\nchaos ({label}):", json.dumps(counts))
     return counts
+
+
+async def _missing_events(
+    nc: NATS, missing: set[str], outcomes: dict[str, str], logs: list[Path]
+) -> str:
+    """What a failure needs to be understood: the outcomes recorded for the proposals whose
+    event the results stream lacks, the stream's state, and the replicas' warnings."""
+    state = (await nc.jetstream().stream_info(SUBJECTS.stream("results"))).state
+    warnings = [
+        f"{log.name}: {line}"
+        for log in logs
+        if log.exists()
+        for line in log.read_text(errors="replace").splitlines()
+        if "WARNING" in line or "ERROR" in line or any(pid in line for pid in missing)
+    ]
+    return "\n".join(
+        [
+            f"no event in the results stream for {sorted(missing)}",
+            f"their recorded outcomes: {[outcomes.get(pid) for pid in sorted(missing)]}",
+            f"results stream: {state.messages} messages, seq {state.first_seq}-{state.last_seq}",
+            "replica warnings:",
+            *warnings[-40:],
+        ]
+    )
 
 
 @pytest.fixture
@@ -456,7 +482,9 @@ async def test_chaos_on_a_nats_cluster_with_two_replicas_on_postgresql(
         assert done == len(load.valid), f"{done} of {len(load.valid)} proposals finished"
         stop_bot.set()
         answered = await bot_task
-        counts = await check_guarantees(nc, store, load, bot, "3-node cluster, 2 replicas, PG")
+        counts = await check_guarantees(
+            nc, store, load, bot, "3-node cluster, 2 replicas, PG", [r.log for r in replicas]
+        )
         assert counts["proposals"] >= 1000
         assert replicas[0].kills == 2
         assert replicas[1].kills == 1
@@ -514,7 +542,7 @@ async def test_chaos_on_one_server_and_one_replica_on_sqlite(tmp_path: Path) -> 
         assert done == len(load.valid), f"{done} of {len(load.valid)} proposals finished"
         stop_bot.set()
         await bot_task
-        await check_guarantees(nc, store, load, bot, "1 server, 1 replica, SQLite")
+        await check_guarantees(nc, store, load, bot, "1 server, 1 replica, SQLite", [replica.log])
         assert replica.kills == 2
     finally:
         stop_bot.set()
