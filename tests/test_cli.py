@@ -215,6 +215,14 @@ def test_user_mistakes_get_one_line_errors_not_tracebacks(tmp_path: Path) -> Non
         (["pending"], "no NATS URL"),
         (["serve", "--policy", str(tmp_path / "missing.toml")], "the policy file cannot be read"),
         (["audit", "verify", "--data-dir", str(tmp_path / "nowhere")], "no database at"),
+        (
+            ["audit", "verify", "--database-url", f"sqlite+aiosqlite:///{tmp_path / 'typo.db'}"],
+            f"no database at {tmp_path / 'typo.db'}; check --database-url",
+        ),
+        (
+            ["audit", "tail", "--database-url", "postgresql+asyncpg://hg:secret@127.0.0.1:1/x"],
+            "cannot open the database postgresql+asyncpg://hg:***@127.0.0.1:1/x: ",
+        ),
         (["keys", "new", "x", "--out", str(tmp_path)], "exists; refusing to overwrite"),
     ]
     for args, message in cases:
@@ -222,6 +230,50 @@ def test_user_mistakes_get_one_line_errors_not_tracebacks(tmp_path: Path) -> Non
         assert result.returncode == 2, (args, result.stderr)
         assert message in result.stderr, (args, result.stderr)
         assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_commands_that_read_the_database_never_create_one(
+    tmp_path: Path, database_url: str
+) -> None:
+    """A mistyped --database-url must not become an empty Headgate database that, say,
+    `audit verify` then calls intact: a missing SQLite file and a database without Headgate's
+    schema are refused, and nothing is written to them."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text("")
+    commands = [
+        ["audit", "verify"],
+        ["audit", "tail"],
+        ["audit", "export", "--out", str(tmp_path / "out.jsonl")],
+        ["db", "vacuum"],
+        ["policy", "backtest", str(policy)],
+        ["tools", "pin", "--policy", str(policy)],
+    ]
+    sqlite = database_url.startswith("sqlite")
+    expected = "no database at" if sqlite else "no Headgate database at"
+    for command in commands:
+        result = cli(tmp_path, *command, "--database-url", database_url)
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        assert expected in result.stderr, (command, result.stderr)
+        assert "Traceback" not in result.stderr
+    if sqlite:
+        assert not list(tmp_path.glob("headgate.db*"))
+    else:
+        assert asyncio.run(_tables(database_url)) == []
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+async def _tables(url: str) -> list[str]:
+    import asyncpg
+
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    try:
+        rows = await conn.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+        )
+    finally:
+        await conn.close()
+    return [r["table_name"] for r in rows]
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from workflow.cli.common import DEFAULT_DATA_DIR, DataDir, JsonOut, console, fail, print_json
-from workflow.cli.offline import DbOpt, _db_url
+from workflow.cli.offline import DbOpt, _db_url, opened
 
 
 def backtest(
@@ -52,7 +52,7 @@ def backtest(
     url = _db_url(database_url, data_dir)
 
     async def run() -> dict[str, Any]:
-        db = await Database.open(url)
+        db = await opened(url, lambda: Database.open(url, create=False))
         result = Backtest(policy, examples=examples)
         try:
             async for page in past_calls(db, since=start):

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from workflow.cli.common import DEFAULT_DATA_DIR, DataDir, JsonOut, console, print_json
-from workflow.cli.offline import DbOpt, _db_url
+from workflow.cli.offline import DbOpt, _db_url, open_store
 
 db_app = typer.Typer(help="The service's database.", no_args_is_help=True)
 
@@ -43,10 +43,9 @@ def db_vacuum(
         space,
         vacuum,
     )
-    from workflow.store.repo import Store
 
     async def run() -> SpaceReport | Vacuumed | Autovacuum | None:
-        store = await Store.open(_db_url(database_url, data_dir))
+        store = await open_store(_db_url(database_url, data_dir))
         try:
             if store.db.dialect == "postgresql":
                 return await autovacuum(store.db)

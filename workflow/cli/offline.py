@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.markup import escape
@@ -24,6 +25,9 @@ from workflow.errors import ConfigError, describe_invalid
 if TYPE_CHECKING:
     from workflow.classify.tables import ClassifierTables
     from workflow.messages import Classification, Proposal
+    from workflow.store.repo import Store
+
+T = TypeVar("T")
 
 # Each command imports what it runs (the classifier, the store, …) when it runs: `headgate
 # --help` and the client-side commands must not pay for them at start.
@@ -225,16 +229,46 @@ DbOpt = Annotated[
 
 
 def _db_url(database_url: str | None, data_dir: Path) -> str:
+    """The database a command reads: --database-url, else the data dir's. A SQLite file that
+    does not exist is an error here (opening it would create an empty one)."""
     url = database_url or datadir.sqlite_url(data_dir)
-    if (
-        url.startswith("sqlite")
-        and not (data_dir / datadir.DATABASE_FILE).exists()
-        and not database_url
-    ):
-        raise ConfigError(
-            f"no database at {data_dir / 'headgate.db'}; pass --data-dir or --database-url"
-        )
+    if url.startswith("sqlite"):
+        from sqlalchemy.engine import make_url
+
+        name = make_url(url).database
+        path = Path(name) if name and name != ":memory:" else None
+        if path is not None and not path.exists():
+            where = "check --database-url" if database_url else "pass --data-dir or --database-url"
+            raise ConfigError(f"no database at {path}; {where}")
     return url
+
+
+async def open_store(url: str) -> Store:
+    """The Headgate database at `url`, for a command: opened without creating a schema, and a
+    database that cannot be opened is a one-line error, not a traceback."""
+    from workflow.store.repo import Store
+
+    return await opened(url, lambda: Store.open(url, create=False))
+
+
+async def opened(url: str, opening: Callable[[], Awaitable[T]]) -> T:
+    """`opening()`, its failure to reach or read the database at `url` as a `ConfigError`."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from workflow.store.migrations import NoSchema
+
+    try:
+        shown = make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        shown = "the --database-url given"
+    try:
+        return await opening()
+    except NoSchema as exc:
+        raise ConfigError(f"no Headgate database at {shown} ({exc}); check --database-url") from exc
+    except (OSError, SQLAlchemyError) as exc:
+        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        raise ConfigError(f"cannot open the database {shown}: {reason}") from exc
 
 
 ArchiveOpt = Annotated[
@@ -263,13 +297,12 @@ def audit_verify(
 
     from workflow.store.archive import iter_jsonl
     from workflow.store.chain import ChainCheck, seq_label, verify_archive
-    from workflow.store.repo import Store
 
     # Read as they are checked, a record at a time: archives of any size.
     archived = (row for path in archive or [] for row in iter_jsonl(path))
 
     async def run() -> tuple[ChainCheck, ChainCheck | None]:
-        store = await Store.open(_db_url(database_url, data_dir))
+        store = await open_store(_db_url(database_url, data_dir))
         try:
             stored = await store.audit.verify()
             anchors = await store.audit.anchors()
@@ -342,10 +375,9 @@ def audit_export(
     import asyncio
 
     from workflow.store.archive import export_jsonl
-    from workflow.store.repo import Store
 
     async def run() -> int:
-        store = await Store.open(_db_url(database_url, data_dir))
+        store = await open_store(_db_url(database_url, data_dir))
         try:
             start = after if after is not None else (await store.audit.anchor())[0]
             batches = store.audit.batches(after_seq=start, through_seq=through)
@@ -373,10 +405,9 @@ def audit_tail(
     import asyncio
 
     from workflow.store.chain import CHAIN_SPAN, chain_base, chain_of
-    from workflow.store.repo import Store
 
     async def run() -> None:
-        store = await Store.open(_db_url(database_url, data_dir))
+        store = await open_store(_db_url(database_url, data_dir))
         try:
             # Each chain followed from its head (PostgreSQL keeps several: `store.audit`).
             last = await store.audit.heads()

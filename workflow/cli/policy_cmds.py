@@ -317,10 +317,9 @@ def tools_pin(
 
 
 async def _seen_tools(data_dir: Path, database_url: str | None) -> list[CatalogTool]:
-    from workflow.cli.offline import _db_url
-    from workflow.store.repo import Store
+    from workflow.cli.offline import _db_url, open_store
 
-    store = await Store.open(_db_url(database_url, data_dir))
+    store = await open_store(_db_url(database_url, data_dir))
     try:
         payloads = await store.proposals.seen_definitions()
     finally:

@@ -217,9 +217,15 @@ class Database:
         self._appended: Head | None = None
 
     @classmethod
-    async def open(cls, url: str, *, pool_size: int = 5) -> Database:
+    async def open(cls, url: str, *, pool_size: int = 5, create: bool = True) -> Database:
+        """Open the database at `url` and bring its schema to the newest version; with
+        `create=False`, `NoSchema` when it holds no Headgate schema (nothing is created)."""
         db = cls(create_engine(url, pool_size=pool_size))
-        await migrate(db.engine)
+        try:
+            await migrate(db.engine, create=create)
+        except BaseException:
+            await db.close()
+            raise
         return db
 
     async def close(self) -> None:

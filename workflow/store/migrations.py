@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from sqlalchemy import Connection, select, text
+from sqlalchemy import Connection, inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlmodel import SQLModel
 
+from workflow.errors import HeadgateError
 from workflow.store import schema
 
 # Migrations run in order, each once, recorded in `schema_version`. Version 1 creates the
@@ -129,12 +130,21 @@ def _v8(conn: Connection) -> None:
 MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
 
 
-async def migrate(engine: AsyncEngine) -> int:
-    """Bring the schema to the newest version; safe to run from several replicas at once."""
+class NoSchema(HeadgateError):
+    """The database holds no Headgate schema, and it was not to be created."""
+
+
+async def migrate(engine: AsyncEngine, *, create: bool = True) -> int:
+    """Bring the schema to the newest version; safe to run from several replicas at once.
+    `create=False`: a database without Headgate's schema is left as it is (`NoSchema`) — a
+    command that only reads must not turn a mistyped database into an empty Headgate one."""
     async with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
             # One migrator at a time across replicas; released at commit.
             await conn.execute(text("SELECT pg_advisory_xact_lock(720431)"))
+        table = schema.SchemaVersionRow.__tablename__
+        if not create and not await conn.run_sync(lambda c: inspect(c).has_table(table)):
+            raise NoSchema("it has no schema_version table")
         await conn.run_sync(
             lambda c: schema.SchemaVersionRow.__table__.create(c, checkfirst=True)  # type: ignore[attr-defined]
         )

@@ -62,10 +62,11 @@ class Store:
         self.grants = Grants(db, self.audit, self.outbox)
 
     @classmethod
-    async def open(cls, url: str, *, pool_size: int = 5) -> Store:
+    async def open(cls, url: str, *, pool_size: int = 5, create: bool = True) -> Store:
         """Open the database at `url` and bring its schema to the newest version; on
-        PostgreSQL with up to 2 × `pool_size` pooled connections."""
-        return cls(await Database.open(url, pool_size=pool_size))
+        PostgreSQL with up to 2 × `pool_size` pooled connections. `create=False`: `NoSchema`
+        when the database holds no Headgate schema (see `migrate`)."""
+        return cls(await Database.open(url, pool_size=pool_size, create=create))
 
     async def decision_reads(
         self, request_ids: Sequence[str], nonces: Sequence[str]
