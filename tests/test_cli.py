@@ -223,6 +223,10 @@ def test_user_mistakes_get_one_line_errors_not_tracebacks(tmp_path: Path) -> Non
             ["audit", "tail", "--database-url", "postgresql+asyncpg://hg:secret@127.0.0.1:1/x"],
             "cannot open the database postgresql+asyncpg://hg:***@127.0.0.1:1/x: ",
         ),
+        (
+            ["serve", "--database-url", "postgresql+asyncpg://hg:secret@127.0.0.1:1/x"],
+            "cannot open the database postgresql+asyncpg://hg:***@127.0.0.1:1/x: ",
+        ),
         (["keys", "new", "x", "--out", str(tmp_path)], "exists; refusing to overwrite"),
     ]
     for args, message in cases:

@@ -252,23 +252,17 @@ async def open_store(url: str) -> Store:
 
 
 async def opened(url: str, opening: Callable[[], Awaitable[T]]) -> T:
-    """`opening()`, its failure to reach or read the database at `url` as a `ConfigError`."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import SQLAlchemyError
-
+    """`opening()`; a database without Headgate's schema as a `ConfigError` (one that cannot
+    be reached or opened is `DatabaseUnavailable` already)."""
+    from workflow.store.engine import shown_url
     from workflow.store.migrations import NoSchema
 
     try:
-        shown = make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        shown = "the --database-url given"
-    try:
         return await opening()
     except NoSchema as exc:
-        raise ConfigError(f"no Headgate database at {shown} ({exc}); check --database-url") from exc
-    except (OSError, SQLAlchemyError) as exc:
-        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        raise ConfigError(f"cannot open the database {shown}: {reason}") from exc
+        raise ConfigError(
+            f"no Headgate database at {shown_url(url)} ({exc}); check --database-url"
+        ) from exc
 
 
 ArchiveOpt = Annotated[

@@ -21,10 +21,10 @@ from typing import Any, NamedTuple, TypeVar
 from sqlalchemy import URL, Connection, Engine, Table, event, make_url, select
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from workflow.errors import ConfigError
+from workflow.errors import ConfigError, HeadgateError
 from workflow.store.chain import PG_CHAINS
 from workflow.store.fastpath import SqliteInserts
 from workflow.store.migrations import migrate
@@ -33,6 +33,18 @@ from workflow.store.priority import PriorityLock
 from workflow.store.sqlite_writer import SqliteWriteLock, WalCheckpointer
 
 T = TypeVar("T")
+
+
+class DatabaseUnavailable(HeadgateError):
+    """The database could not be reached or opened (`Database.open`)."""
+
+
+def shown_url(url: str) -> str:
+    """`url` as it may be printed: its password hidden."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy can parse: say nothing of it
+        return "(the database URL given)"
 
 
 def create_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:
@@ -223,6 +235,12 @@ class Database:
         db = cls(create_engine(url, pool_size=pool_size))
         try:
             await migrate(db.engine, create=create)
+        except (OSError, SQLAlchemyError) as exc:
+            await db.close()
+            reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+            raise DatabaseUnavailable(
+                f"cannot open the database {shown_url(url)}: {reason}"
+            ) from exc
         except BaseException:
             await db.close()
             raise
