@@ -260,15 +260,18 @@ class Service:
         self.supervisor.metrics = m
         intake = Intake(ctx)
         self.stages = [
-            # One batch in hand. With two (`overlap=2`: the next batch classified while the
-            # last one commits and waits for its PubAcks) the event loop was never free at full
-            # speed and the decisions waiting to be collected waited behind batch after batch:
-            # an approved call's p50 at the mix's maximum went from 0.3-1.0 x the read p50 to
-            # 10-11 x on SQLite, for 10-15 % more throughput, and on an idle machine the
-            # PostgreSQL read p50 at 500/s was no lower (docs/bench.md, eighth pass).
+            # One batch in hand where the collector runs. With two (`overlap=2`: the next
+            # batch classified while the last one commits and waits for its PubAcks) the event
+            # loop was never free at full speed and the decisions waiting to be collected
+            # waited behind batch after batch: an approved call's p50 at the mix's maximum went
+            # from 0.3-1.0 x the read p50 to 10-11 x on SQLite (docs/bench.md, eighth pass).
+            # An intake worker process has no collector: it takes two, so a batch does not
+            # wait for the last one's PubAcks (PostgreSQL, 2 processes, five alternated pairs:
+            # read p50 at 500/s 8.6 -> 7.9 x the relay, the mix's maximum +5.6 %; docs/bench.md,
+            # fifteenth pass).
             PullStage(
-                nc, js, consumers["intake"], intake, batch=s.batch, overlap=1, metrics=m,
-                settle=intake.settle,
+                nc, js, consumers["intake"], intake, batch=s.batch,
+                overlap=2 if s.intake_worker else 1, metrics=m, settle=intake.settle,
             )
         ]  # fmt: skip
         if not s.intake_worker:
