@@ -11,7 +11,7 @@ import asyncio
 import hashlib
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import datetime
 
 import httpx
@@ -24,7 +24,7 @@ from workflow.errors import describe_invalid
 from workflow.masking import masked_reasons
 from workflow.messages import Classification, Decision, Proposal, Verdict
 from workflow.policy.engine import evaluate
-from workflow.policy.freeze import frozen_verdict
+from workflow.policy.freeze import FreezeTerms, frozen_verdict
 from workflow.policy.grants import GrantTerms, grant_release
 from workflow.policy.model import Policy
 from workflow.routing import SERVICE_ACTOR, intake_events, invalid_answer, route
@@ -132,6 +132,15 @@ class Intake:
         ]
 
     async def __call__(self, msgs: Sequence[Msg]) -> None:
+        # The freezes in force are read while the batch is classified (on PostgreSQL a round
+        # trip the classification no longer waits for); `_controls` applies them.
+        freezes = asyncio.ensure_future(self.ctx.store.grants.freezes())
+        try:
+            await self._batch(msgs, freezes)
+        finally:
+            freezes.cancel()  # when the batch ended before taking them
+
+    async def _batch(self, msgs: Sequence[Msg], freezes: Awaitable[list[FreezeTerms]]) -> None:
         classified: list[tuple[Msg, Proposal, Classification]] = []
         good: list[tuple[Msg, IntakeRecord]] = []
         bad: list[tuple[Msg, str]] = []
@@ -155,7 +164,7 @@ class Intake:
                 log.exception("intake: unexpected error on %s", msg.subject)
                 await self.settle.failed(msg, f"internal error: {exc!r}")
         try:
-            evaluated = await self._controls(evaluated, now)
+            evaluated = await self._controls(evaluated, now, freezes)
         except Exception as exc:
             # Freezes and grants unknown: nothing may be decided without them.
             log.warning("intake: reading freezes and grants failed (%s); will retry", exc)
@@ -222,20 +231,25 @@ class Intake:
                 return
         await self.settle.unprocessable(msg, error)
 
-    async def _controls(self, items: list[Evaluated], now: datetime) -> list[Evaluated]:
-        """The freezes and grants in force, applied to the batch's verdicts.
+    async def _controls(
+        self, items: list[Evaluated], now: datetime, reading: Awaitable[list[FreezeTerms]]
+    ) -> list[Evaluated]:
+        """The freezes (`reading`, the batch's read of them) and grants in force, applied to
+        the batch's verdicts.
 
         A freeze holds every consequential call in its scope, whatever its verdict would
         release (`policy.freeze`); otherwise a grant may release a call held for one approval
         (`policy.grants`), once its use is claimed in the store (atomically, across replicas).
-        Both are read from the database once per batch, so a freeze, a thaw or a revocation
-        takes effect on every replica from the next batch on.
+        Both are read from the database for every batch (the grants only when it holds a call
+        one might release), so a freeze, a thaw or a revocation takes effect on every replica
+        from the next batch on.
         """
         ctx = self.ctx
         policy = ctx.policy
         store = ctx.store.grants
+        freezes = await reading
         held = any(i[3].decision is Decision.REQUIRE_APPROVAL for i in items)
-        freezes, grants = await store.in_force(now, grants=held and policy.grants.enabled)
+        grants = await store.live(now) if held and policy.grants.enabled else []
         out: list[Evaluated] = []
         for msg, proposal, classification, verdict, audit in items:
             requirement = policy.class_requirements[classification.risk_class]

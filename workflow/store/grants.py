@@ -211,19 +211,6 @@ class Grants:
         """The freezes in force (a handful at most)."""
         return await self.db.read(self.freezes_in)
 
-    async def in_force(
-        self, now: datetime, *, grants: bool
-    ) -> tuple[list[FreezeTerms], list[GrantTerms]]:
-        """What the intake reads for every batch, in one read: the freezes in force and (when
-        the batch holds a call a grant might release) the live grants."""
-
-        def body(conn: Connection) -> tuple[list[FreezeTerms], list[GrantTerms]]:
-            freezes = self.freezes_in(conn)
-            live = [_terms(r) for r in conn.execute(_LIVE, {"now": now})] if grants else []
-            return freezes, live
-
-        return await self.db.read(body)
-
     def freezes_in(self, conn: Connection) -> list[FreezeTerms]:
         """`freezes` inside the caller's read."""
         if self.db.fast:
