@@ -234,6 +234,8 @@ def test_user_mistakes_get_one_line_errors_not_tracebacks(tmp_path: Path) -> Non
         assert result.returncode == 2, (args, result.stderr)
         assert message in result.stderr, (args, result.stderr)
         assert "Traceback" not in result.stderr
+    # The database is opened before a nats-server is started for nothing.
+    assert not (tmp_path / ".headgate" / "nats").exists()
 
 
 @pytest.mark.slow

@@ -221,18 +221,21 @@ class Service:
             await self.health.start()
         self._bind_hooks()  # early too: a taken port stops the start before anything
         s.nats_ssl_context()  # a TLS file that cannot be used stops the start before anything
-        nkey = s.nats_nkey
-        if s.nats_url:
-            self.url = s.nats_url
-        else:
-            self.url, nkey = self._start_embedded(), str(self._access_seed)
+        # The database before NATS: one that cannot be opened stops the start before a server
+        # is started for nothing. PostgreSQL connections for what runs at once: an intake
+        # worker's stage (and a spare), or the main process's stages, periodic tasks, API and
+        # web inbox.
+        store = await Store.open(s.db_url, pool_size=2 if s.intake_worker else 8)
         try:
+            nkey = s.nats_nkey
+            if s.nats_url:
+                self.url = s.nats_url
+            else:
+                self.url, nkey = self._start_embedded(), str(self._access_seed)
             self._nkey = nkey
             nc = await connect_nats(s, self.url, nkey=nkey)
-            # PostgreSQL connections for what runs at once: an intake worker's stage (and a
-            # spare), or the main process's stages, periodic tasks, API and web inbox.
-            store = await Store.open(s.db_url, pool_size=2 if s.intake_worker else 8)
         except BaseException:
+            await store.close()
             self._stop_embedded()
             raise
         js = nc.jetstream(timeout=10)
