@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from collections.abc import Sequence
@@ -12,11 +13,17 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import RetentionPolicy, StreamConfig
+from nats.js.errors import NotFoundError
 
 from workflow.service.embedded import EmbeddedNats
 from workflow.service.pull import attempts
 from workflow.service.stage import PullStage
-from workflow.service.streams import ConsumerSpec
+from workflow.service.streams import (
+    PRIORITY_FIRST,
+    PRIORITY_OVERFLOW,
+    ConsumerSpec,
+    consumer_config,
+)
 
 
 class Recorder:
@@ -290,3 +297,84 @@ def test_attempts_reads_both_ack_subject_forms_and_defaults_to_one() -> None:
     assert attempts(msg("$JS.ACK.dom.HASH.S.c.7.10.9.1732940000000000000.0.tok")) == 7
     assert attempts(msg("_INBOX.abc")) == 1
     assert attempts(msg("")) == 1
+
+
+async def test_on_a_prioritized_consumer_the_overflow_gets_only_what_the_first_has_no_room_for(
+    nats_url: str,
+) -> None:
+    nc, plain, subject = await setup(nats_url)
+    spec = dataclasses.replace(plain, priority_group="g")
+    js = nc.jetstream()
+    release = asyncio.Event()
+
+    class Held(Recorder):
+        async def __call__(self, msgs: Sequence[Msg]) -> None:
+            await release.wait()
+            await super().__call__(msgs)
+
+    first, overflow = Recorder(), Recorder()
+    stopping = asyncio.Event()
+    stages = [
+        PullStage(nc, js, spec, first, batch=8, priority=PRIORITY_FIRST),
+        PullStage(nc, js, spec, overflow, batch=8, priority=PRIORITY_OVERFLOW),
+    ]
+    tasks = [asyncio.create_task(s.run(stopping)) for s in stages]
+    try:
+        for _ in range(200):  # both stages have their requests out
+            try:
+                info = await js.consumer_info(spec.stream, spec.durable)
+            except NotFoundError:
+                info = None
+            if info is not None and (info.num_waiting or 0) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        for i in range(20):
+            await js.publish(f"{subject}.a", f"m{i}".encode())
+            await wait_for(lambda i=i: len(first.seen) == i + 1)
+        assert overflow.seen == []  # the first always had room
+
+        # The first stops handling: once its requests are used up, the rest overflows.
+        stages[0].handler = held = Held()
+        for i in range(20, 120):
+            await js.publish(f"{subject}.a", f"m{i}".encode())
+        await wait_for(lambda: len(overflow.seen) > 0)
+        release.set()
+        await wait_for(lambda: len(first.seen) + len(held.seen) + len(overflow.seen) == 120)
+    finally:
+        release.set()
+        stopping.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        await nc.close()
+    everything = first.seen + held.seen + overflow.seen
+    assert sorted(everything) == sorted(f"m{i}".encode() for i in range(120))
+    # The first holds at most its credit (two batches) beyond the batch in its handler.
+    assert len(overflow.seen) >= 100 - 3 * 8
+
+
+async def test_a_consumer_remade_by_another_version_is_made_anew_and_consuming_goes_on(
+    nats_url: str,
+) -> None:
+    nc, spec, subject = await setup(nats_url)
+    js = nc.jetstream()
+    rec = Recorder()
+    stopping = asyncio.Event()
+    task = asyncio.create_task(PullStage(nc, js, spec, rec, batch=16, poll=0.2).run(stopping))
+    try:
+        await js.publish(f"{subject}.a", b"before")
+        await wait_for(lambda: rec.seen == [b"before"])
+        # Another version makes the consumer prioritized: this stage's requests, which name no
+        # group, are refused (400); it backs off, makes the consumer as it knows it and goes on.
+        await js.add_consumer(
+            spec.stream, config=consumer_config(dataclasses.replace(spec, priority_group="g"))
+        )
+        # More than the requests already out ask for (twice the batch): new ones are needed.
+        after = [f"after{i}".encode() for i in range(40)]
+        for data in after:
+            await js.publish(f"{subject}.a", data)
+        await wait_for(lambda: rec.seen == [b"before", *after], timeout=20)
+        info = await js.consumer_info(spec.stream, spec.durable)
+        assert getattr(info.config, "priority_groups", None) is None
+    finally:
+        stopping.set()
+        await asyncio.wait_for(task, 10)
+        await nc.close()

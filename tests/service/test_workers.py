@@ -157,3 +157,44 @@ async def test_a_sighup_before_the_worker_has_its_handler_does_not_kill_it() -> 
     assert workers.pids == [pid]  # not restarted either
     await workers.stop(timeout=2)
     assert not _alive(pid)
+
+
+async def test_the_main_process_takes_proposals_only_when_no_worker_can(
+    nats_url: str, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker, once killed, is not replaced during the test.
+    monkeypatch.setattr("workflow.service.workers.RESTART_BACKOFF", 600)
+    async with running_service(
+        nats_url, tmp_path, database_url=database_url, intake_processes=2
+    ) as h:
+        js = h.nc.jetstream()
+        intake = service_consumers(h.subjects)["intake"]
+        info = await js.consumer_info(intake.stream, intake.durable)
+        assert info.num_waiting is not None
+
+        async def pulling() -> int:
+            return (await js.consumer_info(intake.stream, intake.durable)).num_waiting or 0
+
+        await wait_until(pulling, lambda n: n >= 2, timeout=60)  # the worker's request is out
+        main_intake = h.service.stages[0]
+        assert main_intake.spec.durable == "intake"
+        pids = [
+            await propose(h.nc, h.subjects, tool="read_file", arguments={"path": f"f{i}"})
+            for i in range(60)
+        ]
+        await _released_once(h, pids)
+        # The worker's pull requests always had room: the main process was handed none.
+        assert main_intake.processed == 0
+
+        workers = h.service.workers
+        assert workers is not None
+        (worker,) = workers.pids
+        os.kill(worker, signal.SIGKILL)
+        await wait_until(lambda: asyncio.sleep(0, _alive(worker)), lambda alive: not alive, 10)
+        more = [
+            await propose(h.nc, h.subjects, tool="read_file", arguments={"path": f"g{i}"})
+            for i in range(40)
+        ]
+        # With no worker left, the main process takes them all.
+        await _released_once(h, more, timeout=60)
+        assert main_intake.processed == len(more)

@@ -39,6 +39,8 @@ from workflow.service.retention import pruner
 from workflow.service.settings import Settings, load_settings_policy, protect_data_dir
 from workflow.service.stage import PullStage, RetryPolicy
 from workflow.service.streams import (
+    PRIORITY_FIRST,
+    PRIORITY_OVERFLOW,
     ensure_streams,
     service_consumers,
 )
@@ -272,9 +274,16 @@ class Service:
             # wait for the last one's PubAcks (PostgreSQL, 2 processes, five alternated pairs:
             # read p50 at 500/s 8.6 -> 7.9 x the relay, the mix's maximum +5.6 %; docs/bench.md,
             # fifteenth pass).
+            # Where there are intake workers, the main process asks for proposals at overflow
+            # priority: JetStream hands it only what the workers' requests have no room for,
+            # so at a moderate rate every proposal goes to a worker, whose event loop is not
+            # shared with the decisions (docs/bench.md, sixteenth pass).
             PullStage(
                 nc, js, consumers["intake"], intake, batch=s.batch,
                 overlap=2 if s.intake_worker else 1, metrics=m, settle=intake.settle,
+                priority=PRIORITY_OVERFLOW
+                if s.intake_processes > 1 and not s.intake_worker
+                else PRIORITY_FIRST,
             )
         ]  # fmt: skip
         if not s.intake_worker:

@@ -17,7 +17,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from workflow.service.streams import ConsumerSpec
+from workflow.service.streams import PRIORITY_FIRST, ConsumerSpec
 
 log = logging.getLogger("headgate.stage")
 
@@ -63,9 +63,17 @@ class Puller:
     max_ack_pending bounds what the server hands out).
     """
 
-    def __init__(self, nc: NATS, spec: ConsumerSpec, credit: int, tick: float):
+    def __init__(
+        self, nc: NATS, spec: ConsumerSpec, credit: int, tick: float, priority: int = PRIORITY_FIRST
+    ):
         self.nc = nc
         self.subject = f"$JS.API.CONSUMER.MSG.NEXT.{spec.stream}.{spec.durable}"
+        # On a prioritized consumer every request names the group and its priority.
+        self.group = (
+            b""
+            if spec.priority_group is None
+            else b',"group":"%s","priority":%d' % (spec.priority_group.encode(), priority)
+        )
         self.inbox = nc.new_inbox()
         self.credit = max(credit, 1)
         self.tick = tick
@@ -100,7 +108,10 @@ class Puller:
         else:  # a status that does not say how much it ends: assume every request ended
             self.pending = 0
         description = headers.get("Description", "")
-        if status == "503" or (status == "409" and "Deleted" in description):
+        # 400: the request does not fit the consumer (a priority group missing or unknown, as
+        # when another version of the service has just updated it): asking again at once
+        # would only be refused again, so back off and make the consumer anew.
+        if status in ("400", "503") or (status == "409" and "Deleted" in description):
             self.failure = f"{status} {description}".strip()
         elif status not in ("404", "408", "409"):
             log.warning("pull %s: unexpected status %s %s", self.subject, status, description)
@@ -118,10 +129,11 @@ class Puller:
         want = self.credit - self.pending - len(self.queue)
         if want <= 0:
             return
-        request = b'{"batch":%d,"expires":%d,"idle_heartbeat":%d}' % (
+        request = b'{"batch":%d,"expires":%d,"idle_heartbeat":%d%s}' % (
             want,
             int(PULL_EXPIRES * 1e9),
             int(PULL_HEARTBEAT * 1e9),
+            self.group,
         )
         await self.nc.publish(self.subject, request, reply=self.inbox)
         self.pending += want

@@ -30,7 +30,13 @@ from nats.js import JetStreamContext
 
 from workflow.service.metrics import Metrics
 from workflow.service.pull import Puller, PullFailed, attempts
-from workflow.service.streams import MAX_ATTEMPTS, ConsumerSpec, consumer_config, ensure_consumer
+from workflow.service.streams import (
+    MAX_ATTEMPTS,
+    PRIORITY_FIRST,
+    ConsumerSpec,
+    consumer_config,
+    ensure_consumer,
+)
 
 log = logging.getLogger("headgate.stage")
 
@@ -203,6 +209,7 @@ class PullStage:
         *,
         batch: int = 256,
         overlap: int = 1,
+        priority: int = PRIORITY_FIRST,
         poll: float = 1.0,
         metrics: Metrics | None = None,
         settle: Settle | None = None,
@@ -211,6 +218,7 @@ class PullStage:
         self.handler = handler
         self.batch = batch
         self.overlap = max(overlap, 1)
+        self.priority = priority
         self.poll = poll
         self.processed = 0
         self.metrics = metrics
@@ -225,7 +233,9 @@ class PullStage:
         if not await unless_stopped(ensure_consumer(self.js, self.spec), stopping):
             return
         max_ack_pending = consumer_config(self.spec).max_ack_pending or 1000
-        puller = Puller(self.nc, self.spec, min(2 * self.batch, max_ack_pending), self.poll)
+        puller = Puller(
+            self.nc, self.spec, min(2 * self.batch, max_ack_pending), self.poll, self.priority
+        )
         await puller.start()
 
         async def wake_on_stop() -> None:

@@ -60,6 +60,14 @@ class ConsumerSpec:
     stream: str
     durable: str
     filter_subjects: tuple[str, ...]
+    #: A JetStream priority group (ADR-42, `prioritized` policy): the server hands a message to
+    #: the waiting pull request of the lowest priority number, so a busy process can ask to be
+    #: served only what the others have no room for. Every pull request must then name it.
+    priority_group: str | None = None
+
+
+#: Priorities of the pull requests on a prioritized consumer (the server allows 0-9).
+PRIORITY_FIRST, PRIORITY_OVERFLOW = 0, 1
 
 
 def stream_configs(
@@ -129,7 +137,11 @@ def stream_configs(
 
 def service_consumers(subjects: Subjects) -> dict[str, ConsumerSpec]:
     return {
-        "intake": ConsumerSpec(subjects.stream("proposals"), "intake", (subjects.proposals(">"),)),
+        # Prioritized: the main process, where the collector runs, asks at PRIORITY_OVERFLOW, the
+        # intake workers at PRIORITY_FIRST (see Service.start).
+        "intake": ConsumerSpec(
+            subjects.stream("proposals"), "intake", (subjects.proposals(">"),), "intake"
+        ),
         "collector": ConsumerSpec(
             subjects.stream("decisions"),
             "collector",
@@ -139,8 +151,18 @@ def service_consumers(subjects: Subjects) -> dict[str, ConsumerSpec]:
     }
 
 
+@dataclass
+class PrioritizedConsumer(ConsumerConfig):
+    """A consumer config with the priority-group fields nats-py's ConsumerConfig lacks (its
+    `as_dict` sends every field that is set)."""
+
+    priority_groups: list[str] | None = None
+    priority_policy: str | None = None
+
+
 def consumer_config(spec: ConsumerSpec, *, max_ack_pending: int = 4096) -> ConsumerConfig:
-    return ConsumerConfig(
+    group = spec.priority_group
+    return PrioritizedConsumer(
         durable_name=spec.durable,
         ack_policy=AckPolicy.EXPLICIT,
         ack_wait=ACK_WAIT,
@@ -149,6 +171,8 @@ def consumer_config(spec: ConsumerSpec, *, max_ack_pending: int = 4096) -> Consu
         max_deliver=MAX_ATTEMPTS + 3,
         max_ack_pending=max_ack_pending,
         filter_subjects=list(spec.filter_subjects),
+        priority_groups=None if group is None else [group],
+        priority_policy=None if group is None else "prioritized",
     )
 
 
