@@ -30,6 +30,7 @@ from workflow.client.verify import DigestMismatch
 from workflow.controls import GrantChanged
 from workflow.eventsig import verify_event
 from workflow.messages import ApprovalRecord, InboxItem
+from workflow.policy.freeze import FreezeTerms
 from workflow.signing import ApproverKey, ServiceKey, verify_record
 
 KEYS = {name: ApproverKey.generate() for name in ("alice", "carol", "mallory")}
@@ -280,6 +281,27 @@ async def test_a_freeze_of_all_calls_holds_reads_too_and_only_in_its_scope(
         assert await outcome(h, other) == "released"
         with pytest.raises(ApiRefused, match="may not freeze every workspace"):
             await approver(h, "carol").freeze(reason="not hers to freeze")
+
+
+async def test_a_freeze_another_replica_wrote_holds_the_next_batch_of_an_intake_that_knew_none(
+    nats_url: str, tmp_path: Path, database_url: str
+) -> None:
+    """The intake decides on the freezes it last read and its commit checks them: a freeze
+    written to the database by anyone (here straight into the store, as another replica's
+    API would; this process hears nothing of it) holds the very next batch."""
+    async with replicas(nats_url, tmp_path, database_url) as (h,):
+        ctx = h.service.ctx
+        assert ctx is not None
+        first = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
+        assert await outcome(h, first) == "released"  # decided on "no freeze", and kept
+        terms = FreezeTerms("fz_elsewhere", "agent-1", None, True, "incident", "alice", ctx.now())
+        await ctx.store.grants.freeze(terms, [], ctx.now())
+        read = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "b"})
+        assert await outcome(h, read) == "held"
+        await ctx.store.grants.thaw("agent-1", None, "alice", [], ctx.now())
+        again = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "c"})
+        assert await outcome(h, again) == "released"
+        assert "freeze.held" in await h.audit_kinds()
 
 
 async def held_items(h: Harness, count: int, **propose_args: Any) -> list[InboxItem]:

@@ -17,10 +17,12 @@ from workflow.effects import AuditEntry, IntakeRecord, StepWrite
 from workflow.messages import REQUEST_ID_PREFIX, ApprovalRequirement, Proposal
 from workflow.outcomes import RequestState
 from workflow.policy.engine import evaluate
+from workflow.policy.freeze import FreezeTerms
 from workflow.policy.model import default_policy
 from workflow.routing import intake_events, release_id_for, request_id_for, route
 from workflow.store.engine import Database, create_engine
 from workflow.store.migrations import MIGRATIONS, migrate
+from workflow.store.proposals import FreezesChanged
 from workflow.store.repo import Store
 from workflow.store.requests import ConcurrentUpdate
 from workflow.store.schema import SchemaVersionRow
@@ -152,6 +154,33 @@ async def test_recording_the_same_proposal_twice_keeps_one_and_reports_the_diges
     again = await store.proposals.record([record("p1"), record("p2")], NOW)
     assert again.new == {"p2"}
     assert again.existing_digests == {"p1": record("p1").proposal.digest}
+
+
+async def test_a_batch_decided_on_other_freezes_than_those_in_force_writes_nothing(
+    store: Store,
+) -> None:
+    """The intake decides a batch on the freezes it last read; its commit checks them. On
+    PostgreSQL both ways of writing a batch check them: the one statement once the process
+    knows its audit head, the transaction before."""
+    first = FreezeTerms("fz_1", None, "default", False, "incident", "alice", NOW)
+    for n, (in_force, decided_on) in enumerate([((), ["fz_1"]), ((first,), [])]):
+        for terms in in_force:
+            await store.grants.freeze(terms, [], NOW)
+        # A batch before (a first, a later statement): the head is known or not on PostgreSQL.
+        for k in range(2):
+            with pytest.raises(FreezesChanged):
+                await store.proposals.record([record(f"p{n}-{k}")], NOW, decided_on)
+            assert await store.proposals.stored([f"p{n}-{k}"]) == []
+            ok = await store.proposals.record(
+                [record(f"p{n}-{k}")], NOW, [f.freeze_id for f in await store.grants.freezes()]
+            )
+            assert ok.new == {f"p{n}-{k}"}
+    # Lifted: no freeze in force any more.
+    await store.grants.thaw(None, "default", "alice", [], NOW)
+    with pytest.raises(FreezesChanged):
+        await store.proposals.record([record("after")], NOW, ["fz_1"])
+    assert (await store.proposals.record([record("after")], NOW, [])).new == {"after"}
+    assert (await store.audit.verify()).ok
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,7 @@ from workflow.service.publishing import Sent, publish_events, send_events, to_re
 from workflow.service.pull import attempts
 from workflow.service.stage import Settle, Unprocessable
 from workflow.service.tracing import span_headers, trace_headers
+from workflow.store.proposals import FreezesChanged
 
 log = logging.getLogger("headgate.intake")
 
@@ -47,6 +48,9 @@ class Intake:
         self.ctx = ctx
         self.settle = Settle(STAGE, ctx.dead, ctx.retry, ctx.metrics)
         self._http: httpx.AsyncClient | None = None
+        #: The freezes in force as last read: a batch is decided on them and its commit writes
+        #: only if they are still those in force (`FreezesChanged` otherwise: read anew).
+        self._freezes: list[FreezeTerms] | None = None
 
     async def flush(self) -> None:
         """Close the model check's HTTP client (PullStage calls this when it stops)."""
@@ -132,17 +136,31 @@ class Intake:
         ]
 
     async def __call__(self, msgs: Sequence[Msg]) -> None:
-        # The freezes in force are read while the batch is classified (on PostgreSQL a round
-        # trip the classification no longer waits for); `_controls` applies them.
-        freezes = asyncio.ensure_future(self.ctx.store.grants.freezes())
+        # When no freezes are known, they are read while the batch is classified (on
+        # PostgreSQL a round trip the classification does not wait for).
+        reading = (
+            asyncio.ensure_future(self.ctx.store.grants.freezes())
+            if self._freezes is None
+            else None
+        )
         try:
-            await self._batch(msgs, freezes)
+            await self._batch(msgs, reading)
         finally:
-            freezes.cancel()  # when the batch ended before taking them
+            if reading is not None:
+                reading.cancel()  # when the batch ended before taking them
 
-    async def _batch(self, msgs: Sequence[Msg], freezes: Awaitable[list[FreezeTerms]]) -> None:
+    async def _freezes_now(self, reading: Awaitable[list[FreezeTerms]] | None) -> list[FreezeTerms]:
+        """The freezes to decide the batch on: `reading`'s, the last ones known, or read now."""
+        known = self._freezes
+        if reading is not None or known is None:
+            known = await (reading or self.ctx.store.grants.freezes())
+            self._freezes = known
+        return known
+
+    async def _batch(
+        self, msgs: Sequence[Msg], reading: Awaitable[list[FreezeTerms]] | None
+    ) -> None:
         classified: list[tuple[Msg, Proposal, Classification]] = []
-        good: list[tuple[Msg, IntakeRecord]] = []
         bad: list[tuple[Msg, str]] = []
         invalid: list[tuple[Msg, str]] = []
         policy = self.ctx.policy  # what `_classify` classifies under (no await in the loop)
@@ -155,35 +173,15 @@ class Intake:
                 log.exception("intake: unexpected error on %s", msg.subject)
                 await self.settle.failed(msg, f"internal error: {exc!r}")
         now = self.ctx.now()  # one batch, one moment: its rows share the timestamp
-        evaluated: list[Evaluated] = []
+        decided: list[tuple[Msg, Proposal, Classification, Verdict]] = []
         for msg, proposal, classification in await self._model_checked(classified):
             try:
                 verdict = evaluate(proposal, classification, self.ctx.policy)
-                evaluated.append((msg, proposal, classification, verdict, []))
+                decided.append((msg, proposal, classification, verdict))
             except Exception as exc:
                 log.exception("intake: unexpected error on %s", msg.subject)
                 await self.settle.failed(msg, f"internal error: {exc!r}")
-        try:
-            evaluated = await self._controls(evaluated, now, freezes)
-        except Exception as exc:
-            # Freezes and grants unknown: nothing may be decided without them.
-            log.warning("intake: reading freezes and grants failed (%s); will retry", exc)
-            for msg, *_ in evaluated:
-                await self.settle.failed(msg, f"reading freezes and grants failed: {exc}")
-            evaluated = []
-        # Routing, the commit and sending the events take the event loop's turn, after any
-        # batch of decisions waiting for it; the PubAcks are awaited after the turn.
-        async with self.ctx.turns.hold():
-            for msg, proposal, classification, verdict, audit in evaluated:
-                try:
-                    good.append(
-                        (msg, self._route(msg, proposal, classification, verdict, audit, now))
-                    )
-                except Exception as exc:
-                    log.exception("intake: unexpected error on %s", msg.subject)
-                    await self.settle.failed(msg, f"internal error: {exc!r}")
-            good, events = await self._commit(good, bad, invalid, now)
-            sending = await self._send(events)
+        good, events, sending = await self._decide(decided, bad, invalid, now, reading)
         self._remember_held(policy, classified, good)
         if not await self._publish(good, events, sending, now):
             good = []
@@ -193,6 +191,55 @@ class Intake:
             await self.settle.unprocessable(msg, error)
         for msg, error in invalid:
             await self._answer_invalid(msg, error, now)
+
+    async def _decide(
+        self,
+        decided: list[tuple[Msg, Proposal, Classification, Verdict]],
+        bad: list[tuple[Msg, str]],
+        invalid: list[tuple[Msg, str]],
+        now: datetime,
+        reading: Awaitable[list[FreezeTerms]] | None,
+    ) -> tuple[list[tuple[Msg, IntakeRecord]], list[OutboxEvent], Sent | Exception]:
+        """Apply the freezes and grants to the policy's verdicts, route, commit and send the
+        events: the messages to ack, the events and their sending.
+
+        The batch is decided on the freezes last known (`reading`'s when they are read for
+        it); when the commit finds others in force it writes nothing, and the batch is
+        decided again on those (when they change twice in a row, it is retried later)."""
+        again = False
+        while True:
+            try:
+                freezes = await self._freezes_now(reading)
+                evaluated = await self._controls([(*item, []) for item in decided], now, freezes)
+            except Exception as exc:
+                # Freezes and grants unknown: nothing may be decided without them.
+                log.warning("intake: reading freezes and grants failed (%s); will retry", exc)
+                for msg, *_ in decided:
+                    await self.settle.failed(msg, f"reading freezes and grants failed: {exc}")
+                freezes, evaluated = [], []
+            # Routing, the commit and sending the events take the event loop's turn, after any
+            # batch of decisions waiting for it; the PubAcks are awaited after the turn.
+            async with self.ctx.turns.hold():
+                good = []
+                for msg, proposal, classification, verdict, audit in evaluated:
+                    try:
+                        good.append(
+                            (msg, self._route(msg, proposal, classification, verdict, audit, now))
+                        )
+                    except Exception as exc:
+                        log.exception("intake: unexpected error on %s", msg.subject)
+                        await self.settle.failed(msg, f"internal error: {exc!r}")
+                try:
+                    good, events = await self._commit(good, bad, invalid, now, freezes)
+                except FreezesChanged as exc:
+                    self._freezes, reading = None, None
+                    if not again:
+                        log.info("intake: %s; deciding the batch again", exc)
+                        again = True
+                        continue
+                    await self._retry(good, str(exc))
+                    good, events = [], []
+                return good, events, await self._send(events)
 
     def _remember_held(
         self,
@@ -232,22 +279,21 @@ class Intake:
         await self.settle.unprocessable(msg, error)
 
     async def _controls(
-        self, items: list[Evaluated], now: datetime, reading: Awaitable[list[FreezeTerms]]
+        self, items: list[Evaluated], now: datetime, freezes: list[FreezeTerms]
     ) -> list[Evaluated]:
-        """The freezes (`reading`, the batch's read of them) and grants in force, applied to
-        the batch's verdicts.
+        """The freezes (those the batch is decided on) and grants in force, applied to the
+        batch's verdicts.
 
         A freeze holds every consequential call in its scope, whatever its verdict would
         release (`policy.freeze`); otherwise a grant may release a call held for one approval
         (`policy.grants`), once its use is claimed in the store (atomically, across replicas).
-        Both are read from the database for every batch (the grants only when it holds a call
-        one might release), so a freeze, a thaw or a revocation takes effect on every replica
-        from the next batch on.
+        The grants are read from the database for every batch holding a call one might
+        release; the freezes a batch was decided on are checked by its commit (`_decide`): a
+        freeze, a thaw or a revocation takes effect on every replica from the next batch on.
         """
         ctx = self.ctx
         policy = ctx.policy
         store = ctx.store.grants
-        freezes = await reading
         held = any(i[3].decision is Decision.REQUIRE_APPROVAL for i in items)
         grants = await store.live(now) if held and policy.grants.enabled else []
         out: list[Evaluated] = []
@@ -323,8 +369,11 @@ class Intake:
         bad: list[tuple[Msg, str]],
         invalid: list[tuple[Msg, str]],
         now: datetime,
+        freezes: Sequence[FreezeTerms],
     ) -> tuple[list[tuple[Msg, IntakeRecord]], list[OutboxEvent]]:
         """Write the batch in one transaction; returns the messages to ack and events to send.
+        `FreezesChanged` when `freezes`, those the batch was decided on, are no longer those
+        in force (nothing written).
 
         A proposal id seen before with the same digest is a redelivery or a duplicate publish.
         Only a redelivery (of the message whose commit may not have been followed by its
@@ -342,7 +391,11 @@ class Intake:
         if not good:
             return good, []
         try:
-            result = await ctx.store.proposals.record([rec for _, rec in good], now)
+            result = await ctx.store.proposals.record(
+                [rec for _, rec in good], now, [f.freeze_id for f in freezes]
+            )
+        except FreezesChanged:
+            raise
         except Exception as exc:
             log.warning("intake: database write failed (%s); will retry", exc)
             await self._retry(good, f"database write failed: {exc}")

@@ -78,19 +78,33 @@ class PgInserts:
             params["head_chain"], params["head_seq"], params["head_hash"] = head
         conn.execute(statement, params)
 
-    def run_at(self, conn: Connection, inserts: Sequence[Insert], old: Head, new: Head) -> None:
+    def run_at(
+        self,
+        conn: Connection,
+        inserts: Sequence[Insert],
+        old: Head,
+        new: Head,
+        freezes: Sequence[str] | None = None,
+    ) -> None:
         """One statement, committed on its own (the caller's connection is in autocommit): the
         rows of every insert, each of the first insert's rows new (its `ignore` conflict
         skips none), and `old.chain`'s head moved from `old` to `new` — the head this
-        process's last append left, no lock taken before. Anything else (a row of the first
-        insert already stored, the head moved by another writer) raises `HeadMoved` and
+        process's last append left, no lock taken before — and, with `freezes`, exactly those
+        freezes in force. Anything else (a row of the first insert already stored, the head
+        moved by another writer, a freeze put in force or lifted) raises `HeadMoved` and
         nothing is written: the caller locks a head and writes in a transaction instead."""
         present = [i for i in inserts if i.rows]
-        shape = ("at", *((i.table.name, tuple(i.rows[0]._fields), i.ignore) for i in present))
+        shape = (
+            "at",
+            freezes is not None,
+            *((i.table.name, tuple(i.rows[0]._fields), i.ignore) for i in present),
+        )
         statement = self._statements.get(shape)
         if statement is None:
-            statement = self._statements[shape] = self._build_at(present)
+            statement = self._statements[shape] = self._build_at(present, freezes is not None)
         params: dict[str, Any] = {}
+        if freezes is not None:
+            params["freezes"] = list(freezes)
         for n, insert in enumerate(present):
             for k in range(len(insert.rows[0]._fields)):
                 params[f"t{n}_{k}"] = [_value(row[k]) for row in insert.rows]
@@ -105,7 +119,7 @@ class PgInserts:
             raise
 
     @classmethod
-    def _build_at(cls, inserts: Sequence[Insert]) -> TextClause:
+    def _build_at(cls, inserts: Sequence[Insert], freezes: bool) -> TextClause:
         clauses = cls._clauses(inserts, returning=True)
         clauses.append(
             "h AS (UPDATE audit_head SET seq = :head_seq, hash = :head_hash "
@@ -118,7 +132,8 @@ class PgInserts:
         # the statement: a constant would be cast, and fail, when the statement is planned.
         return text(
             f"WITH {', '.join(clauses)} SELECT CASE WHEN (SELECT count(*) FROM h) = 1 "
-            "AND (SELECT count(*) FROM t0) = CAST(:first_rows AS BIGINT) THEN 1 "
+            "AND (SELECT count(*) FROM t0) = CAST(:first_rows AS BIGINT) "
+            f"{'AND ' + FREEZES_UNCHANGED + ' ' if freezes else ''}THEN 1 "
             f"ELSE CAST('{HEAD_MOVED_SENTENCE} (new rows: ' || "
             "CAST((SELECT count(*) FROM t0) AS VARCHAR) || ')' AS INTEGER) END"
         )
@@ -166,7 +181,16 @@ _HEAD_MOVED = frozenset({"22P02", "23505", "40P01"})
 #: a literal of the statement).
 HEAD_MOVED_SENTENCE = (
     "headgate: the audit chain head was not where this process left it, or a proposal of the "
-    "batch was stored already; nothing was written, the batch is written in a transaction"
+    "batch was stored already, or the freezes in force changed; nothing was written, the "
+    "batch is written in a transaction"
+)
+
+#: True when the freezes in force are exactly those of `:freezes` (a list of distinct ids):
+#: as many, and none outside it (ids are the table's key).
+FREEZES_UNCHANGED = (
+    "(SELECT count(*) FROM freezes WHERE lifted_at IS NULL) = "
+    "cardinality(CAST(:freezes AS VARCHAR[])) AND NOT EXISTS (SELECT 1 FROM freezes WHERE "
+    "lifted_at IS NULL AND freeze_id <> ALL(CAST(:freezes AS VARCHAR[])))"
 )
 
 

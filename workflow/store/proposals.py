@@ -16,7 +16,7 @@ from workflow.store import fastpath
 from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
 from workflow.store.pgpath import Head, Insert
-from workflow.store.tables import AUDIT, DECISIONS, OUTCOMES, PROPOSALS, REQUESTS
+from workflow.store.tables import AUDIT, DECISIONS, FREEZES, OUTCOMES, PROPOSALS, REQUESTS
 
 _STORED = select(
     PROPOSALS.c.id,
@@ -26,6 +26,17 @@ _STORED = select(
     PROPOSALS.c.trace,
     PROPOSALS.c.received_at,
 ).where(PROPOSALS.c.id.in_(bindparam("ids", expanding=True)))
+
+
+_FREEZE_IDS = select(FREEZES.c.freeze_id).where(FREEZES.c.lifted_at.is_(None))
+_FREEZE_IDS_SQL = "SELECT freeze_id FROM freezes WHERE lifted_at IS NULL"
+
+
+class FreezesChanged(Exception):
+    """A freeze was put in force or lifted after the batch was decided: nothing was written."""
+
+    def __init__(self) -> None:
+        super().__init__("the freezes in force changed while the batch was decided")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,22 +57,35 @@ class Proposals:
             .returning(PROPOSALS.c.id)
         )
 
-    async def record(self, records: Sequence[IntakeRecord], now: datetime) -> IntakeResult:
+    async def record(
+        self, records: Sequence[IntakeRecord], now: datetime, freezes: Sequence[str] | None = None
+    ) -> IntakeResult:
         """Insert new proposals with their rows and audit records; report which ids already
-        existed. Their events are not stored (see `IntakeRecord`)."""
+        existed. Their events are not stored (see `IntakeRecord`).
+
+        `freezes`: the ids of the freezes in force the records were decided on. The records
+        are written only if exactly those are in force when they are; otherwise nothing is
+        written and `FreezesChanged` is raised (the caller reads them again and decides anew).
+        """
         unique: dict[str, IntakeRecord] = {}
         for rec in records:
             unique.setdefault(rec.id, rec)
         if not unique:
             return IntakeResult(new=set(), existing_digests={})
+        known = None if freezes is None else sorted(set(freezes))
         if self.db.pg_inserts is not None and await self.db.transact_at_head(
-            lambda conn, head: self._record_at(conn, head, unique, now)
+            lambda conn, head: self._record_at(conn, head, unique, now, known)
         ):
             return IntakeResult(new=set(unique), existing_digests={})
-        return await self.db.transact(lambda conn: self._record(conn, unique, now))
+        return await self.db.transact(lambda conn: self._record(conn, unique, now, known))
 
     def _record_at(
-        self, conn: Connection, head: Head, unique: dict[str, IntakeRecord], now: datetime
+        self,
+        conn: Connection,
+        head: Head,
+        unique: dict[str, IntakeRecord],
+        now: datetime,
+        freezes: list[str] | None,
     ) -> Head:
         """PostgreSQL, one statement: every proposal taken as new, its records chained after
         `head` (see `Database.transact_at_head`; `HeadMoved` when a proposal was stored or
@@ -77,12 +101,18 @@ class Proposals:
             Insert(OUTCOMES, [r.outcome for r in fresh if r.outcome is not None]),
             Insert(AUDIT, rows),
         ]
-        pg.run_at(conn, inserts, head, moved)
+        pg.run_at(conn, inserts, head, moved, freezes)
         return moved
 
     def _record(
-        self, conn: Connection, unique: dict[str, IntakeRecord], now: datetime
+        self,
+        conn: Connection,
+        unique: dict[str, IntakeRecord],
+        now: datetime,
+        freezes: list[str] | None,
     ) -> IntakeResult:
+        if freezes is not None and self._freezes_in_force(conn) != freezes:
+            raise FreezesChanged()
         ids = list(unique)
         head: Head | None = None
         pg = self.db.pg_statements
@@ -114,6 +144,14 @@ class Proposals:
             conn, [a for r in fresh for a in r.audit], now, also=inserts, head=head
         )
         return IntakeResult(new=new, existing_digests=existing)
+
+    def _freezes_in_force(self, conn: Connection) -> list[str]:
+        """The ids of the freezes in force, sorted, inside the caller's transaction."""
+        if self.db.fast:
+            rows = fastpath.dbapi(conn).execute(_FREEZE_IDS_SQL).fetchall()
+        else:
+            rows = list(conn.execute(_FREEZE_IDS))
+        return sorted(str(row[0]) for row in rows)
 
     @staticmethod
     def _digests(conn: Connection, ids: Sequence[str]) -> dict[str, str]:
