@@ -443,10 +443,8 @@ class Session:
         `workflow.adapters.gate.gate`."""
         try:
             self.listen()
-        except NatsConnectionLost:
-            if self.reopen is None:
-                raise
-            self.resume(self.deadline)  # listens on the new connection
+        except NatsConnectionLost as lost:
+            self.recover(lost, self.deadline)  # listens on the new connection
         base = proposal_base(call, self.agent, self.workspace)
         generation, found = self.reconnecting(lambda: self.current(base))
         if found is not None and spent(found["status"], _kinds(found)):
@@ -482,11 +480,9 @@ class Session:
                     first = self.next_event(pid, self.left(min(delay, until - time.monotonic())))
                     if first is not None:
                         break
-                except NatsConnectionLost:
-                    if self.reopen is None:
-                        raise
+                except NatsConnectionLost as lost:
                     # An event sent meanwhile was missed: the next turn asks the service.
-                    self.resume(self.deadline)
+                    self.recover(lost, self.deadline)
                 delay = min(delay * 2, 0.25)
         if first is not None:
             if first.kind == "blocked" and first.body["outcome"] == "invalid":
@@ -521,12 +517,10 @@ class Session:
                 event = self.next_event(pid, self.left(min(RECHECK, left)), outcome=True)
                 if event is not None:
                     return event.answer(call)
-            except NatsConnectionLost:
-                if self.reopen is None:
-                    raise
+            except NatsConnectionLost as lost:
                 # Events published while the connection was down were missed: listen again,
                 # then ask the service at once (and `find` reads a finished call's outcome).
-                self.resume(until)
+                self.recover(lost, until)
             try:
                 history = self.history(pid)
             except ConnectError:
@@ -543,10 +537,15 @@ class Session:
         while True:
             try:
                 return step()
-            except NatsConnectionLost:
-                if self.reopen is None:
-                    raise
-                self.resume(self.deadline)
+            except NatsConnectionLost as lost:
+                self.recover(lost, self.deadline)
+
+    def recover(self, lost: NatsConnectionLost, until: float) -> None:
+        """After `lost`: raise it when this session may not make a new connection (no
+        `reopen`), else replace the connection and listen again (`resume`)."""
+        if self.reopen is None:
+            raise lost
+        self.resume(until)
 
     def resume(self, until: float) -> None:
         """Replace a lost connection (before `until`, monotonic, and the hook's deadline) and
