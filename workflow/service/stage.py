@@ -198,6 +198,9 @@ class PullStage:
     taken and prepared while the previous one waits for its commit and its PubAcks (the
     handler serialises what must be serialised itself), instead of waiting behind them: on
     PostgreSQL a batch spends most of its time waiting on the database.
+
+    `priority`: on a consumer with a priority group (`ConsumerSpec.priority_group`), the
+    priority of this stage's pull requests; the server serves the lowest number first.
     """
 
     def __init__(
