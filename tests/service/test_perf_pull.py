@@ -6,7 +6,8 @@ import asyncio
 import dataclasses
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from urllib.parse import urlparse
 
 import nats
@@ -62,13 +63,24 @@ async def wait_for(cond: object, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
+@asynccontextmanager
+async def running(nc: NATS, *stages: PullStage) -> AsyncIterator[None]:
+    """The stages run until the block ends; then they stop and `nc` is closed."""
+    stopping = asyncio.Event()
+    tasks = [asyncio.create_task(stage.run(stopping)) for stage in stages]
+    try:
+        yield
+    finally:
+        stopping.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        await nc.close()
+
+
 async def test_a_message_published_while_idle_is_handed_over_promptly(nats_url: str) -> None:
     nc, spec, subject = await setup(nats_url)
     js = nc.jetstream()
     rec = Recorder()
-    stopping = asyncio.Event()
-    task = asyncio.create_task(PullStage(nc, js, spec, rec, batch=256).run(stopping))
-    try:
+    async with running(nc, PullStage(nc, js, spec, rec, batch=256)):
         await asyncio.sleep(0.5)  # idle: the pull request is waiting on the server
         for i in range(5):
             await js.publish(f"{subject}.a", f"m{i}".encode())
@@ -76,10 +88,6 @@ async def test_a_message_published_while_idle_is_handed_over_promptly(nats_url: 
             # until its pull request expires (30 s), far past this wait.
             await wait_for(lambda i=i: len(rec.seen) == i + 1, timeout=10.0)
             assert rec.batches[-1] == [f"m{i}".encode()]
-    finally:
-        stopping.set()
-        await asyncio.wait_for(task, 10)
-        await nc.close()
     assert rec.seen == [f"m{i}".encode() for i in range(5)]
 
 
@@ -91,14 +99,8 @@ async def test_a_backlog_larger_than_the_batch_is_split_and_nothing_is_lost(
     for i in range(700):
         await js.publish(f"{subject}.a", str(i).encode())
     rec = Recorder(delay=0.01)
-    stopping = asyncio.Event()
-    task = asyncio.create_task(PullStage(nc, js, spec, rec, batch=64).run(stopping))
-    try:
+    async with running(nc, PullStage(nc, js, spec, rec, batch=64)):
         await wait_for(lambda: len(rec.seen) == 700)
-    finally:
-        stopping.set()
-        await asyncio.wait_for(task, 10)
-        await nc.close()
     assert max(len(b) for b in rec.batches) == 64
     assert sorted(int(d) for d in rec.seen) == list(range(700))
 
@@ -107,9 +109,7 @@ async def test_consuming_goes_on_after_the_server_restarts(fresh_nats: EmbeddedN
     nc, spec, subject = await setup(fresh_nats.url)
     js = nc.jetstream()
     rec = Recorder()
-    stopping = asyncio.Event()
-    task = asyncio.create_task(PullStage(nc, js, spec, rec, batch=16, poll=0.2).run(stopping))
-    try:
+    async with running(nc, PullStage(nc, js, spec, rec, batch=16, poll=0.2)):
         await js.publish(f"{subject}.a", b"before")
         await wait_for(lambda: rec.seen == [b"before"])
         fresh_nats.port = urlparse(fresh_nats.url).port or -1
@@ -123,10 +123,6 @@ async def test_consuming_goes_on_after_the_server_restarts(fresh_nats: EmbeddedN
             except Exception:
                 await asyncio.sleep(0.1)
         await wait_for(lambda: rec.seen == [b"before", b"after"], timeout=15)
-    finally:
-        stopping.set()
-        await asyncio.wait_for(task, 10)
-        await nc.close()
 
 
 async def test_stopping_finishes_the_batch_in_hand_and_returns_the_rest(nats_url: str) -> None:
@@ -186,9 +182,7 @@ async def test_with_overlap_the_next_batch_is_handled_while_the_last_one_waits(
     nc, spec, subject = await setup(nats_url)
     js = nc.jetstream()
     gate = Gate()
-    stopping = asyncio.Event()
-    task = asyncio.create_task(PullStage(nc, js, spec, gate, batch=8, overlap=2).run(stopping))
-    try:
+    async with running(nc, PullStage(nc, js, spec, gate, batch=8, overlap=2)):
         await js.publish(f"{subject}.a", b"first")
         await wait_for(lambda: gate.started == [b"first"])
         await js.publish(f"{subject}.a", b"second")
@@ -209,10 +203,6 @@ async def test_with_overlap_the_next_batch_is_handled_while_the_last_one_waits(
         gate.release(b"third")
         gate.release(b"fourth")
         await wait_for(lambda: len(gate.finished) == 4)
-    finally:
-        stopping.set()
-        await asyncio.wait_for(task, 10)
-        await nc.close()
 
 
 async def test_a_hanging_batch_silences_the_beat_while_later_batches_finish(
@@ -313,38 +303,34 @@ async def test_on_a_prioritized_consumer_the_overflow_gets_only_what_the_first_h
             await super().__call__(msgs)
 
     first, overflow = Recorder(), Recorder()
-    stopping = asyncio.Event()
     stages = [
         PullStage(nc, js, spec, first, batch=8, priority=PRIORITY_FIRST),
         PullStage(nc, js, spec, overflow, batch=8, priority=PRIORITY_OVERFLOW),
     ]
-    tasks = [asyncio.create_task(s.run(stopping)) for s in stages]
-    try:
-        for _ in range(200):  # both stages have their requests out
-            try:
-                info = await js.consumer_info(spec.stream, spec.durable)
-            except NotFoundError:
-                info = None
-            if info is not None and (info.num_waiting or 0) >= 2:
-                break
-            await asyncio.sleep(0.05)
-        for i in range(20):
-            await js.publish(f"{subject}.a", f"m{i}".encode())
-            await wait_for(lambda i=i: len(first.seen) == i + 1)
-        assert overflow.seen == []  # the first always had room
+    async with running(nc, *stages):
+        try:
+            for _ in range(200):  # both stages have their requests out
+                try:
+                    info = await js.consumer_info(spec.stream, spec.durable)
+                except NotFoundError:
+                    info = None
+                if info is not None and (info.num_waiting or 0) >= 2:
+                    break
+                await asyncio.sleep(0.05)
+            for i in range(20):
+                await js.publish(f"{subject}.a", f"m{i}".encode())
+                await wait_for(lambda i=i: len(first.seen) == i + 1)
+            assert overflow.seen == []  # the first always had room
 
-        # The first stops handling: once its requests are used up, the rest overflows.
-        stages[0].handler = held = Held()
-        for i in range(20, 120):
-            await js.publish(f"{subject}.a", f"m{i}".encode())
-        await wait_for(lambda: len(overflow.seen) > 0)
-        release.set()
-        await wait_for(lambda: len(first.seen) + len(held.seen) + len(overflow.seen) == 120)
-    finally:
-        release.set()
-        stopping.set()
-        await asyncio.wait_for(asyncio.gather(*tasks), 10)
-        await nc.close()
+            # The first stops handling: once its requests are used up, the rest overflows.
+            stages[0].handler = held = Held()
+            for i in range(20, 120):
+                await js.publish(f"{subject}.a", f"m{i}".encode())
+            await wait_for(lambda: len(overflow.seen) > 0)
+            release.set()
+            await wait_for(lambda: len(first.seen) + len(held.seen) + len(overflow.seen) == 120)
+        finally:
+            release.set()  # a failed wait must not leave a batch hanging the stop
     everything = first.seen + held.seen + overflow.seen
     assert sorted(everything) == sorted(f"m{i}".encode() for i in range(120))
     # The first holds at most its credit (two batches) beyond the batch in its handler.
@@ -357,9 +343,7 @@ async def test_a_consumer_remade_by_another_version_is_made_anew_and_consuming_g
     nc, spec, subject = await setup(nats_url)
     js = nc.jetstream()
     rec = Recorder()
-    stopping = asyncio.Event()
-    task = asyncio.create_task(PullStage(nc, js, spec, rec, batch=16, poll=0.2).run(stopping))
-    try:
+    async with running(nc, PullStage(nc, js, spec, rec, batch=16, poll=0.2)):
         await js.publish(f"{subject}.a", b"before")
         await wait_for(lambda: rec.seen == [b"before"])
         # Another version makes the consumer prioritized: this stage's requests, which name no
@@ -374,7 +358,3 @@ async def test_a_consumer_remade_by_another_version_is_made_anew_and_consuming_g
         await wait_for(lambda: rec.seen == [b"before", *after], timeout=20)
         info = await js.consumer_info(spec.stream, spec.durable)
         assert getattr(info.config, "priority_groups", None) is None
-    finally:
-        stopping.set()
-        await asyncio.wait_for(task, 10)
-        await nc.close()
