@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -22,7 +22,7 @@ from tests.store.test_repo import record
 from tests.store.test_steps import KINDS, NOW, step
 from workflow.effects import StepWrite
 from workflow.outcomes import RequestState
-from workflow.store.pgpath import HEAD_MOVED_SENTENCE
+from workflow.store.pgpath import HEAD_MOVED_SENTENCE, DirectFailed
 from workflow.store.repo import Store
 from workflow.store.requests import ConcurrentUpdate
 from workflow.store.tables import AUDIT, PROPOSALS, REQUESTS
@@ -36,12 +36,11 @@ def statements(store: Store) -> Iterator[list[str]]:
     def seen(*args: Any) -> None:
         sent.append(str(args[2]))
 
-    engine = store.db.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", seen)
-    try:
+    def direct(sql: str, _error: BaseException | None) -> None:
+        sent.append(sql)
+
+    with observed(store, "before_cursor_execute", seen, direct):
         yield sent
-    finally:
-        event.remove(engine, "before_cursor_execute", seen)
 
 
 @contextmanager
@@ -52,12 +51,33 @@ def server_errors(store: Store) -> Iterator[list[str]]:
     def failed(context: Any) -> None:
         seen.append(str(context.original_exception))
 
-    engine = store.db.engine.sync_engine
-    event.listen(engine, "handle_error", failed)
-    try:
+    def direct(_sql: str, error: BaseException | None) -> None:
+        if error is not None:
+            seen.append(str(error))
+
+    with observed(store, "handle_error", failed, direct):
         yield seen
+
+
+@contextmanager
+def observed(
+    store: Store,
+    name: str,
+    listener: Callable[..., None],
+    direct: Callable[[str, BaseException | None], None],
+) -> Iterator[None]:
+    """`listener` on the engine's event `name`, and `direct` on the statements run outside
+    SQLAlchemy (`PgDirect`), meanwhile."""
+    engine = store.db.engine.sync_engine
+    assert store.db.pg_direct is not None
+    observers = store.db.pg_direct.observers
+    event.listen(engine, name, listener)
+    observers.append(direct)
+    try:
+        yield
     finally:
-        event.remove(engine, "handle_error", failed)
+        observers.remove(direct)
+        event.remove(engine, name, listener)
 
 
 async def test_an_intake_batch_is_one_statement_once_the_process_knows_its_head(
@@ -146,6 +166,42 @@ async def test_a_head_moved_by_another_process_writes_nothing_and_the_batch_is_s
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_a_direct_connection_the_server_closed_fails_one_batch_and_the_next_reconnects(
+    pg_store: Store,
+) -> None:
+    await pg_store.proposals.record([record("first")], NOW)
+    await pg_store.proposals.record([record("direct")], NOW)  # one statement on PgDirect
+    # The server ends that connection (an administrator, a failover, a restart).
+    async with pg_store.db.engine.connect() as conn:
+        ended = (
+            await conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                    "AND query LIKE 'WITH t0 AS (INSERT INTO proposals %'"
+                )
+            )
+        ).scalar()
+    assert ended == 1
+    # Where asyncpg has already read the server's goodbye, the next batch opens another
+    # connection; where not, that batch fails as a lost pooled connection's did (the intake
+    # retries it, and a redelivery rebuilds the events): nothing stored, no head known.
+    lost = [record("lost")]
+    try:
+        stored = await pg_store.proposals.record(lost, NOW)
+    except DirectFailed:
+        assert await pg_store.proposals.owners(["lost"]) == {}
+        assert pg_store.db.pg_head is None
+        stored = await pg_store.proposals.record(lost, NOW)  # in a transaction
+    assert stored.new == {"lost"}
+    with statements(pg_store) as sent:
+        assert (await pg_store.proposals.record([record("after")], NOW)).new == {"after"}
+    assert len(sent) == 1, sent
+    owners = await pg_store.proposals.owners(["first", "direct", "lost", "after"])
+    assert set(owners) == {"first", "direct", "lost", "after"}
+    assert (await pg_store.audit.verify()).ok
 
 
 async def test_a_batch_of_steps_is_two_statements_whatever_its_size(pg_store: Store) -> None:

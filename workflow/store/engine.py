@@ -28,7 +28,7 @@ from workflow.errors import ConfigError, HeadgateError
 from workflow.store.chain import PG_CHAINS
 from workflow.store.fastpath import SqliteInserts
 from workflow.store.migrations import migrate
-from workflow.store.pgpath import Head, HeadMoved, PgInserts, PgStatements
+from workflow.store.pgpath import Head, HeadMoved, PgDirect, PgInserts, PgStatements, Positional
 from workflow.store.priority import PriorityLock
 from workflow.store.sqlite_writer import SqliteWriteLock, WalCheckpointer
 
@@ -178,7 +178,8 @@ class Database:
     SQLite: write transactions run as one synchronous function on a synchronous engine of the
     same file (no event-loop round trip per statement), serialised by `SqliteWriteLock`; reads
     run on that connection too; the hot inserts go through `workflow.store.fastpath`.
-    PostgreSQL: both through `run_sync` on asyncpg, with Core statements built once.
+    PostgreSQL: both through `run_sync` on asyncpg, with Core statements built once, but the
+    intake's one-statement batches, which run on asyncpg directly (`transact_at_head`).
     """
 
     def __init__(self, engine: AsyncEngine):
@@ -210,6 +211,8 @@ class Database:
         self.pg_inserts = PgInserts() if self.dialect == "postgresql" else None
         #: PostgreSQL: the first statement of the intake's and the collector's transactions.
         self.pg_statements = PgStatements() if self.dialect == "postgresql" else None
+        #: PostgreSQL: the connection `transact_at_head` runs its statements on.
+        self.pg_direct = PgDirect(engine) if self.dialect == "postgresql" else None
         #: PostgreSQL: the engine's pool without a transaction around each statement (see
         #: `read`).
         self._reader = (
@@ -252,6 +255,8 @@ class Database:
         if self._writer_conn is not None:
             self._writer_conn.close()
             self._writer_conn = None
+        if self.pg_direct is not None:
+            await self.pg_direct.aclose()
         for sync in (self._sync_writer, self._background_writer):
             if sync is not None:
                 sync.dispose()
@@ -334,22 +339,24 @@ class Database:
         it commits, this process's next transactions try that chain first."""
         self._appended = head
 
-    async def transact_at_head(self, body: Callable[[Connection, Head], Head]) -> bool:
-        """PostgreSQL: run `body` as one statement committed on its own (one round trip, no
-        BEGIN and no COMMIT of their own) after the audit head this process's last
-        transaction left, when one is known: `body` chains its records after it and returns
-        the new head (`PgInserts.run_at`). False when it wrote nothing — no head known, or
-        `HeadMoved` (another process or replica appended to that chain meanwhile, or a row
-        was stored already): the caller then runs its transaction as before (`transact`),
-        which locks a free head, preferring another chain than the one that moved."""
+    async def transact_at_head(self, body: Callable[[Head], tuple[Positional, Head]]) -> bool:
+        """PostgreSQL: run one statement committed on its own (one round trip, no BEGIN and no
+        COMMIT of their own, on `PgDirect`'s connection) after the audit head this process's
+        last transaction left, when one is known: `body` chains its records after that head
+        and returns the statement and the new head (`PgInserts.at`). False when it wrote
+        nothing — no head known, or `HeadMoved` (another process or replica appended to that
+        chain meanwhile, or a row was stored already): the caller then runs its transaction
+        as before (`transact`), which locks a free head, preferring another chain than the one
+        that moved."""
+        assert self.pg_direct is not None, "PostgreSQL only"
         async with self.gate.hold():
             head = self.pg_head
             if head is None:
                 return False
             self.pg_head = None
+            statement, moved = body(head)
             try:
-                async with self._reader.connect() as conn:
-                    moved = await conn.run_sync(lambda c: body(c, head))
+                await self.pg_direct.execute(statement, head.chain)
             except HeadMoved:
                 self.pg_prefer = head.chain % PG_CHAINS + 1
                 return False

@@ -12,23 +12,50 @@ Each table's rows go in as one array per column, expanded by `unnest` inside a d
 `WITH` clause. PostgreSQL runs all of them in the one statement, atomically with the rest of
 the transaction. The statements are built once per table set and column set (`text`,
 prepared by asyncpg and cached per connection). SQLite keeps `workflow.store.fastpath`.
+
+Once a process knows where its last commit left its audit chain's head, an intake batch is
+one statement committed on its own (`PgInserts.at`), run on a connection of its own without
+SQLAlchemy (`PgDirect`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Table, TextClause, text
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from workflow.effects import DecisionRecord
 from workflow.store import schema
 
 _DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
+_ASYNCPG = asyncpg_dialect()  # type: ignore[no-untyped-call]
+
+
+class Compiled(NamedTuple):
+    """A statement as asyncpg takes it: `$n` parameters, and the name of each in order."""
+
+    sql: str
+    names: tuple[str, ...]
+
+
+class Positional(NamedTuple):
+    """A statement and its arguments, for `PgDirect`."""
+
+    sql: str
+    args: tuple[Any, ...]
+
+
+def positional(statement: TextClause) -> Compiled:
+    """`statement` with its `:name` parameters numbered as asyncpg takes them (a name used
+    twice is one parameter)."""
+    compiled = statement.compile(dialect=_ASYNCPG)
+    return Compiled(compiled.string, tuple(compiled.positiontup or ()))
 
 
 class Insert(NamedTuple):
@@ -56,6 +83,7 @@ class PgInserts:
 
     def __init__(self) -> None:
         self._statements: dict[tuple[Any, ...], TextClause] = {}
+        self._positional: dict[tuple[Any, ...], Compiled] = {}
 
     def run(self, conn: Connection, inserts: Sequence[Insert], head: Head | None = None) -> None:
         """Insert every table's rows and, with `head`, move that audit chain's head row to
@@ -78,30 +106,31 @@ class PgInserts:
             params["head_chain"], params["head_seq"], params["head_hash"] = head
         conn.execute(statement, params)
 
-    def run_at(
+    def at(
         self,
-        conn: Connection,
         inserts: Sequence[Insert],
         old: Head,
         new: Head,
         freezes: Sequence[str] | None = None,
-    ) -> None:
-        """One statement, committed on its own (the caller's connection is in autocommit): the
-        rows of every insert, each of the first insert's rows new (its `ignore` conflict
-        skips none), and `old.chain`'s head moved from `old` to `new` — the head this
-        process's last append left, no lock taken before — and, with `freezes`, exactly those
-        freezes in force. Anything else (a row of the first insert already stored, the head
-        moved by another writer, a freeze put in force or lifted) raises `HeadMoved` and
-        nothing is written: the caller locks a head and writes in a transaction instead."""
+    ) -> Positional:
+        """One statement, to be committed on its own (`PgDirect`): the rows of every insert,
+        each of the first insert's rows new (its `ignore` conflict skips none), and
+        `old.chain`'s head moved from `old` to `new` — the head this process's last append
+        left, no lock taken before — and, with `freezes`, exactly those freezes in force.
+        Anything else (a row of the first insert already stored, the head moved by another
+        writer, a freeze put in force or lifted) fails the statement, which `PgDirect` raises
+        as `HeadMoved`, and nothing is written: the caller locks a head and writes in a
+        transaction instead."""
         present = [i for i in inserts if i.rows]
         shape = (
-            "at",
             freezes is not None,
             *((i.table.name, tuple(i.rows[0]._fields), i.ignore) for i in present),
         )
-        statement = self._statements.get(shape)
+        statement = self._positional.get(shape)
         if statement is None:
-            statement = self._statements[shape] = self._build_at(present, freezes is not None)
+            statement = self._positional[shape] = positional(
+                self._build_at(present, freezes is not None)
+            )
         params: dict[str, Any] = {}
         if freezes is not None:
             params["freezes"] = list(freezes)
@@ -111,12 +140,7 @@ class PgInserts:
         params["head_chain"], params["head_seq"], params["head_hash"] = new
         params["old_seq"], params["old_hash"] = old.seq, old.hash
         params["first_rows"] = len(present[0].rows)
-        try:
-            conn.execute(statement, params)
-        except DBAPIError as exc:
-            if getattr(exc.orig, "sqlstate", None) in _HEAD_MOVED:
-                raise HeadMoved(old.chain) from exc
-            raise
+        return Positional(statement.sql, tuple(params[n] for n in statement.names))
 
     @classmethod
     def _build_at(cls, inserts: Sequence[Insert], freezes: bool) -> TextClause:
@@ -172,13 +196,14 @@ class PgInserts:
 # --------------------------------------------------------------------------- locking the head
 
 
-#: What `PgInserts.run_at` meets when its guess was wrong: its own failed cast (the head moved
-#: or a first row was stored already), a unique key taken (a record number another writer
-#: used, a row of a stored proposal), a deadlock (PostgreSQL chose this statement to fail).
+#: What `PgInserts.at`'s statement meets when its guess was wrong: its own failed cast (the
+#: head moved or a first row was stored already), a unique key taken (a record number another
+#: writer used, a row of a stored proposal), a deadlock (PostgreSQL chose this statement to
+#: fail).
 _HEAD_MOVED = frozenset({"22P02", "23505", "40P01"})
 
-#: The sentence of `PgInserts.run_at`'s failure, as the server logs it (no quote in it: it is
-#: a literal of the statement).
+#: The sentence of the failure of `PgInserts.at`'s statement, as the server logs it (no quote
+#: in it: it is a literal of the statement).
 HEAD_MOVED_SENTENCE = (
     "headgate: the audit chain head was not where this process left it, or a proposal of the "
     "batch was stored already, or the freezes in force changed; nothing was written, the "
@@ -195,12 +220,89 @@ FREEZES_UNCHANGED = (
 
 
 class HeadMoved(Exception):
-    """`PgInserts.run_at` wrote nothing: the chain's head was not where this process left it,
-    or a row was stored already."""
+    """`PgInserts.at`'s statement wrote nothing: the chain's head was not where this process
+    left it, or a row was stored already, or the freezes in force changed."""
 
     def __init__(self, chain: int):
         super().__init__(f"audit chain {chain} moved, or a row was stored already")
         self.chain = chain
+
+
+class DirectFailed(Exception):
+    """`PgDirect`'s statement failed otherwise than by its own refusal (the connection lost,
+    the server refusing it for another reason): whether it was committed is not known, and
+    the connection is closed (the next statement opens another)."""
+
+    def __init__(self, cause: Exception):
+        super().__init__(
+            f"PostgreSQL statement failed ({type(cause).__name__}: {cause}); "
+            "its connection is opened again for the next one"
+        )
+
+
+class PgDirect:
+    """A connection of its own on asyncpg, without SQLAlchemy, for the statements committed on
+    their own (`PgInserts.at`): the intake's batch in one statement.
+
+    Through SQLAlchemy (`run_sync`'s greenlet, the parameters bound and processed, an
+    execution context, a pool check-out and check-in) that one statement took about a sixth of
+    an intake worker's CPU at batches of one (docs/bench.md, sixteenth pass); here it is
+    asyncpg's own call, the statement prepared once per connection and cached by its text.
+    The connection is opened on first use with the engine's own connect arguments (host,
+    credentials, `ssl` from the URL). Any failure but the statement's own refusal (`HeadMoved`)
+    closes it, whatever state it was left in, and the next use opens another.
+
+    `observers`: called with each statement's text once it has run, and what it raised
+    (None when it succeeded); the store's tests count the round trips with them.
+    """
+
+    def __init__(self, engine: AsyncEngine):
+        args, kwargs = engine.dialect.create_connect_args(engine.url)
+        # Options of SQLAlchemy's asyncpg adapter, not of `asyncpg.connect`.
+        for key in ("async_creator_fn", "prepared_statement_cache_size",
+                    "prepared_statement_name_func"):  # fmt: skip
+            kwargs.pop(key, None)
+        self._args, self._kwargs = args, kwargs
+        self._conn: Any = None
+        self.observers: list[Callable[[str, BaseException | None], object]] = []
+
+    async def execute(self, statement: Positional, chain: int) -> None:
+        """Run `statement` in autocommit (committed when it returns). `HeadMoved` (for audit
+        chain `chain`) when the server refused it as `PgInserts.at`'s statement refuses."""
+        conn = self._conn
+        if conn is None or conn.is_closed():
+            import asyncpg
+
+            conn = self._conn = await asyncpg.connect(*self._args, **self._kwargs)
+        try:
+            await conn.execute(statement.sql, *statement.args)
+        except BaseException as exc:
+            for observer in self.observers:
+                observer(statement.sql, exc)
+            if getattr(exc, "sqlstate", None) in _HEAD_MOVED:
+                raise HeadMoved(chain) from exc
+            # Lost, cancelled mid-statement, or refused otherwise: its state is not known.
+            self.close()
+            if isinstance(exc, Exception):
+                raise DirectFailed(exc) from exc
+            raise
+        for observer in self.observers:
+            observer(statement.sql, None)
+
+    def close(self) -> None:
+        """Close the connection at once (a statement under way is abandoned)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.terminate()
+
+    async def aclose(self) -> None:
+        """Close the connection the way a client says goodbye (the service stopping)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                await conn.close(timeout=5)
+            except Exception:
+                conn.terminate()
 
 
 class Head(NamedTuple):
@@ -216,7 +318,7 @@ class Head(NamedTuple):
 #: writers (intake processes, the collector, replicas) append to different chains instead of
 #: waiting for each other's commit. No row when all are held (the caller then waits for one).
 #: `head_prefer`: the chain tried first (the process's own, see `Database.pg_prefer`), so
-#: the processes keep to one chain each and `PgInserts.run_at` finds its head where it was.
+#: the processes keep to one chain each and `PgInserts.at`'s statement finds its head where it was.
 HEAD_FREE = (
     "SELECT id, seq, hash FROM audit_head ORDER BY id <> :head_prefer, id "
     "LIMIT 1 FOR UPDATE SKIP LOCKED"

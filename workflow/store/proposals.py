@@ -15,7 +15,7 @@ from workflow.effects import IntakeRecord, StoredIntake
 from workflow.store import fastpath
 from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
-from workflow.store.pgpath import Head, Insert
+from workflow.store.pgpath import Head, Insert, Positional
 from workflow.store.tables import AUDIT, DECISIONS, FREEZES, OUTCOMES, PROPOSALS, REQUESTS
 
 _STORED = select(
@@ -74,22 +74,21 @@ class Proposals:
             return IntakeResult(new=set(), existing_digests={})
         known = None if freezes is None else sorted(set(freezes))
         if self.db.pg_inserts is not None and await self.db.transact_at_head(
-            lambda conn, head: self._record_at(conn, head, unique, now, known)
+            lambda head: self._record_at(head, unique, now, known)
         ):
             return IntakeResult(new=set(unique), existing_digests={})
         return await self.db.transact(lambda conn: self._record(conn, unique, now, known))
 
     def _record_at(
         self,
-        conn: Connection,
         head: Head,
         unique: dict[str, IntakeRecord],
         now: datetime,
         freezes: list[str] | None,
-    ) -> Head:
+    ) -> tuple[Positional, Head]:
         """PostgreSQL, one statement: every proposal taken as new, its records chained after
-        `head` (see `Database.transact_at_head`; `HeadMoved` when a proposal was stored or
-        the head moved, and nothing is written)."""
+        `head` (see `Database.transact_at_head`: nothing is written when a proposal was stored
+        or the head moved), and the head it leaves."""
         pg = self.db.pg_inserts
         assert pg is not None
         fresh = list(unique.values())
@@ -101,8 +100,7 @@ class Proposals:
             Insert(OUTCOMES, [r.outcome for r in fresh if r.outcome is not None]),
             Insert(AUDIT, rows),
         ]
-        pg.run_at(conn, inserts, head, moved, freezes)
-        return moved
+        return pg.at(inserts, head, moved, freezes), moved
 
     def _record(
         self,
