@@ -447,3 +447,18 @@ async def until_waiting(engine: AsyncEngine, n: int) -> None:
                 return
         assert time.monotonic() < deadline, f"{n} sessions never waited for a lock"
         await asyncio.sleep(0.01)
+
+
+async def test_the_direct_connection_takes_the_urls_options(postgres_url: str) -> None:
+    # As SQLAlchemy's pool does: behind a pooler in transaction mode prepared statements must
+    # not be cached, and the URL says so.
+    store = await Store.open(f"{postgres_url}?prepared_statement_cache_size=0")
+    try:
+        for n in range(3):
+            with statements(store) as sent:
+                result = await store.proposals.record([record(f"uncached-{n}")], NOW)
+            assert result.new == {f"uncached-{n}"}
+            assert len(sent) == (2 if n == 0 else 1), sent
+        assert (await store.audit.verify()).ok
+    finally:
+        await store.close()

@@ -258,10 +258,13 @@ class PgDirect:
 
     def __init__(self, engine: AsyncEngine):
         args, kwargs = engine.dialect.create_connect_args(engine.url)
-        # Options of SQLAlchemy's asyncpg adapter, not of `asyncpg.connect`.
-        for key in ("async_creator_fn", "prepared_statement_cache_size",
-                    "prepared_statement_name_func"):  # fmt: skip
+        # Options of SQLAlchemy's asyncpg adapter, not of `asyncpg.connect`; its statement
+        # cache's size is asyncpg's own (0 behind a pooler in transaction mode, as there).
+        for key in ("async_creator_fn", "prepared_statement_name_func"):
             kwargs.pop(key, None)
+        cache = kwargs.pop("prepared_statement_cache_size", None)
+        if cache is not None:
+            kwargs["statement_cache_size"] = int(cache)
         self._args, self._kwargs = args, kwargs
         self._conn: Any = None
         self.observers: list[Callable[[str, BaseException | None], object]] = []
