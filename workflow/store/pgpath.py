@@ -321,7 +321,8 @@ class Head(NamedTuple):
 #: writers (intake processes, the collector, replicas) append to different chains instead of
 #: waiting for each other's commit. No row when all are held (the caller then waits for one).
 #: `head_prefer`: the chain tried first (the process's own, see `Database.pg_prefer`), so
-#: the processes keep to one chain each and `PgInserts.at`'s statement finds its head where it was.
+#: the processes keep to one chain each and `PgInserts.at`'s statement finds its head where
+#: it was.
 HEAD_FREE = (
     "SELECT id, seq, hash FROM audit_head ORDER BY id <> :head_prefer, id "
     "LIMIT 1 FOR UPDATE SKIP LOCKED"
