@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -149,8 +150,9 @@ async def test_request_expires_even_when_the_service_was_down_at_expiry(
 
 
 async def test_the_same_proposal_published_twice_has_one_outcome(
-    nats_url: str, tmp_path: Path, database_url: str
+    nats_url: str, tmp_path: Path, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="headgate.intake")
     async with running_service(nats_url, tmp_path, database_url=database_url) as h:
         pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
         await h.observer.wait_for("released", pid)
@@ -168,6 +170,12 @@ async def test_the_same_proposal_published_twice_has_one_outcome(
         released = await h.stream_events(h.subjects.released("agent-1"), pid)
         assert len(released) == 1
         assert (await h.service_history(pid))["status"] == "released"
+        # The copy is logged with its stream message and delivery (what a lost event's
+        # inquiry starts from).
+        copies = [m for r in caplog.records if "was recorded before" in (m := r.getMessage())]
+        assert len(copies) == 1, copies
+        assert f"{pid} was recorded before (stream message " in copies[0]
+        assert copies[0].endswith(", delivery 1): a fresh copy, nothing sent")
 
 
 async def test_a_reused_id_with_different_content_is_dead_lettered(

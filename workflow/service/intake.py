@@ -419,8 +419,16 @@ class Intake:
                 events.extend(rec.events)
             elif rec.id not in result.new:
                 duplicates += 1
-                if attempts(msg) > 1 and rec.id not in republish:
+                delivery = attempts(msg)
+                if delivery > 1 and rec.id not in republish:
                     republish.append(rec.id)
+                log.info(
+                    "intake: %s was recorded before (stream message %s, delivery %d): %s",
+                    rec.id,
+                    _stream_seq(msg),
+                    delivery,
+                    "its events are sent again" if delivery > 1 else "a fresh copy, nothing sent",
+                )
         # Counted per batch: a labelled counter costs a lookup and a lock per increment.
         classes = Counter(
             (rec.proposal.risk_class, rec.proposal.decision)
@@ -531,3 +539,11 @@ def _grant_used(proposal: Proposal, grant: GrantTerms) -> AuditEntry:
             "scope": grant.describe(),
         },
     )
+
+
+def _stream_seq(msg: Msg) -> str:
+    """The message's sequence in its stream, for a log line ("?" when it has none)."""
+    try:
+        return str(msg.metadata.sequence.stream)
+    except Exception:  # not a JetStream message (tests)
+        return "?"
