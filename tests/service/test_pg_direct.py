@@ -7,26 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tests.service.helpers import Harness, propose, running_service, wait_until
-
-#: The intake's one statement as pg_stat_activity shows it.
-_DIRECT = "query LIKE 'WITH t0 AS (INSERT INTO proposals %'"
-
-
-async def _end_direct(conn: AsyncConnection, waiting: bool = False) -> int:
-    """End the backend of the intake's connection (`waiting`: only while its statement waits
-    for a lock); how many were ended."""
-    condition = f"{_DIRECT} AND wait_event_type = 'Lock'" if waiting else _DIRECT
-    ended = await conn.execute(
-        text(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-            f"AND {condition}"
-        )
-    )
-    return int(ended.scalar_one())
+from tests.store.test_pgpath import end_direct
 
 
 async def _released_once(h: Harness, pids: list[str]) -> None:
@@ -61,7 +44,7 @@ async def test_the_intakes_connection_ended_by_the_server_loses_no_proposal(
             before.append(pid)
         # Ended while idle.
         async with ctx.store.db.engine.connect() as conn:
-            assert await _end_direct(conn) == 1
+            assert await end_direct(conn) == 1
         idle = await _reads(h, "b", 5)
         await _released_once(h, before + idle)
         # Ended in the middle of a statement: it waits for the audit heads, locked here.
@@ -69,7 +52,7 @@ async def test_the_intakes_connection_ended_by_the_server_loses_no_proposal(
             async with ctx.store.db.engine.begin() as locker:
                 await locker.execute(text("SELECT id FROM audit_head FOR UPDATE"))
                 (stuck,) = await _reads(h, "c", 1)
-                assert await wait_until(lambda: _end_direct(admin, waiting=True), bool) == 1
+                assert await wait_until(lambda: end_direct(admin, waiting=True), bool) == 1
         # The batch failed without a word from the server: retried, stored once, released once.
         after = await _reads(h, "d", 3)
         await _released_once(h, [*before, *idle, stuck, *after])

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, func, select, text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from tests.store.test_repo import record
 from tests.store.test_steps import KINDS, NOW, step
@@ -78,6 +78,25 @@ def observed(
     finally:
         observers.remove(direct)
         event.remove(engine, name, listener)
+
+
+#: The intake's one statement as pg_stat_activity shows it.
+_DIRECT = "query LIKE 'WITH t0 AS (INSERT INTO proposals %'"
+
+
+async def end_direct(conn: AsyncConnection, waiting: bool = False) -> int:
+    """End the backend of the intake's own connection (`PgDirect`), as an administrator, a
+    failover or a restart would (`waiting`: only while its statement waits for a lock); how
+    many were ended."""
+    condition = f"{_DIRECT} AND wait_event_type = 'Lock'" if waiting else _DIRECT
+    ended = await conn.execute(
+        text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            f"AND {condition}"
+        )
+    )
+    return int(ended.scalar_one())
 
 
 async def test_an_intake_batch_is_one_statement_once_the_process_knows_its_head(
@@ -175,16 +194,7 @@ async def test_a_direct_connection_the_server_closed_fails_one_batch_and_the_nex
     await pg_store.proposals.record([record("direct")], NOW)  # one statement on PgDirect
     # The server ends that connection (an administrator, a failover, a restart).
     async with pg_store.db.engine.connect() as conn:
-        ended = (
-            await conn.execute(
-                text(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                    "AND query LIKE 'WITH t0 AS (INSERT INTO proposals %'"
-                )
-            )
-        ).scalar()
-    assert ended == 1
+        assert await end_direct(conn) == 1
     # Where asyncpg has already read the server's goodbye, the next batch opens another
     # connection; where not, that batch fails as a lost pooled connection's did (the intake
     # retries it, and a redelivery rebuilds the events): nothing stored, no head known.
