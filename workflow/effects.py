@@ -64,6 +64,9 @@ class ProposalRecord(NamedTuple):
     verdict: str
     trace: str | None
     received_at: datetime
+    stream_seq: int | None = None
+    """The proposals stream's sequence of the message it was recorded from (None when it
+    did not come through the stream)."""
 
 
 class RequestRecord(NamedTuple):
@@ -154,6 +157,8 @@ class StoredIntake:
     verdict: str
     trace: dict[str, str] | None
     received_at: datetime
+    stream_seq: int | None = None
+    """The proposals stream's sequence of the message it was recorded from."""
 
 
 @dataclass(slots=True)

@@ -198,10 +198,12 @@ def route(
     verdict: Verdict,
     now: datetime,
     trace: dict[str, str] | None = None,
+    stream_seq: int | None = None,
 ) -> IntakeRecord:
     """A classified, evaluated proposal -> rows to insert, events to publish, audit entries.
 
-    `trace` is the W3C trace context the events carry (see `workflow.service.tracing`).
+    `trace` is the W3C trace context the events carry (see `workflow.service.tracing`);
+    `stream_seq` the proposals stream's sequence of the message it came in (kept in its row).
     """
     digest = proposal.digest()
     classification_json = classification.model_dump_json()
@@ -222,6 +224,7 @@ def route(
             verdict=verdict_json,
             trace=json.dumps(trace) if trace else None,
             received_at=now,
+            stream_seq=stream_seq,
         )
     )
     # The proposal with its secrets masked beside the digest of the real one (kept, with its

@@ -157,7 +157,9 @@ async def test_the_same_proposal_published_twice_has_one_outcome(
         pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
         await h.observer.wait_for("released", pid)
         # The server drops the second publish (same Nats-Msg-Id); a publish without the header
-        # reaches the service, which recognises the proposal id and sends nothing again.
+        # reaches the service, which recognises the proposal id and, since this is not the
+        # message the proposal was recorded from, sends nothing again: a core subscriber
+        # sees one `released` event.
         await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"}, pid=pid)
         await h.nc.jetstream().publish(
             h.subjects.proposals("agent-1"),
@@ -169,13 +171,14 @@ async def test_the_same_proposal_published_twice_has_one_outcome(
         await h.observer.wait_for("released", marker)
         released = await h.stream_events(h.subjects.released("agent-1"), pid)
         assert len(released) == 1
+        assert len(h.observer.of("released", pid)) == 1
         assert (await h.service_history(pid))["status"] == "released"
         # The copy is logged with its stream message and delivery (what a lost event's
         # inquiry starts from).
         copies = [m for r in caplog.records if "was recorded before" in (m := r.getMessage())]
         assert len(copies) == 1, copies
         assert f"{pid} was recorded before (stream message " in copies[0]
-        assert copies[0].endswith(", delivery 1): a fresh copy, nothing sent")
+        assert copies[0].endswith(", delivery 1): another copy, nothing sent")
 
 
 async def test_a_reused_id_with_different_content_is_dead_lettered(
@@ -309,6 +312,43 @@ async def test_events_lost_after_the_commit_are_rebuilt_from_the_row_on_redelive
         assert datetime.fromisoformat(released["released_at"]) == row.received_at
         assert len(await h.stream_events(h.subjects.released("agent-1"), pid)) == 1
         assert await store.outbox.events_for([pid]) == []
+        monkeypatch.setattr(store.outbox, "save", real_save)
+
+
+async def test_events_lost_after_the_commit_are_sent_when_the_message_returns_as_a_first_delivery(
+    nats_url: str, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A nats-server killed right after handing out a message can forget that delivery (its
+    consumer state is written behind) and hand the message out again as a first delivery.
+    Here the commit's events are lost and the message returns with delivery count 1 (what
+    such a server reports): it was stored before the proposal was recorded, so it is the
+    recording message, and its events are sent."""
+    async with running_service(
+        nats_url, tmp_path, database_url=database_url, retry_base_delay=0.1
+    ) as h:
+        store = h.service.ctx.store  # type: ignore[union-attr]
+        real_publish = publishing.send_events
+        real_save = store.outbox.save
+        publishes = 0
+
+        async def publish_failing_once(*args: Any) -> Any:
+            nonlocal publishes
+            publishes += 1
+            if publishes == 1:
+                raise TimeoutError("no PubAck")
+            return await real_publish(*args)
+
+        async def save_failing(*args: Any) -> None:
+            raise OSError("disk I/O error")
+
+        monkeypatch.setattr(intake, "send_events", publish_failing_once)
+        monkeypatch.setattr(store.outbox, "save", save_failing)
+        monkeypatch.setattr(intake, "attempts", lambda msg: 1)
+        pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
+        (released,) = await h.observer.wait_for("released", pid, timeout=10)
+        assert released["proposal_id"] == pid
+        assert publishes == 2
+        assert len(await h.stream_events(h.subjects.released("agent-1"), pid)) == 1
         monkeypatch.setattr(store.outbox, "save", real_save)
 
 

@@ -17,7 +17,7 @@ from nats.js.api import RetentionPolicy, StreamConfig
 from nats.js.errors import NotFoundError
 
 from workflow.service.embedded import EmbeddedNats
-from workflow.service.pull import attempts
+from workflow.service.pull import attempts, stream_sequence
 from workflow.service.stage import PullStage
 from workflow.service.streams import (
     PRIORITY_FIRST,
@@ -261,10 +261,12 @@ async def test_attempts_counts_deliveries_as_jetstream_does(nats_url: str) -> No
     nc, spec, subject = await setup(nats_url)
     js = nc.jetstream()
     seen: list[tuple[int, int]] = []
+    sequences: list[tuple[int | None, int]] = []
 
     async def handler(msgs: Sequence[Msg]) -> None:
         for m in msgs:
             seen.append((attempts(m), m.metadata.num_delivered))
+            sequences.append((stream_sequence(m), m.metadata.sequence.stream))
             await (m.nak() if attempts(m) < 3 else m.ack())
 
     stopping = asyncio.Event()
@@ -277,9 +279,12 @@ async def test_attempts_counts_deliveries_as_jetstream_does(nats_url: str) -> No
         await task
         await nc.close()
     assert seen == [(1, 1), (2, 2), (3, 3)]
+    # the same stream message each time, as the metadata says
+    assert len({seq for seq, _ in sequences}) == 1
+    assert all(seq == meta for seq, meta in sequences)
 
 
-def test_attempts_reads_both_ack_subject_forms_and_defaults_to_one() -> None:
+def test_attempts_and_stream_sequence_read_both_ack_subject_forms() -> None:
     def msg(reply: str) -> Msg:
         return Msg(_client=None, subject="s", reply=reply, data=b"")  # type: ignore[arg-type]
 
@@ -287,6 +292,9 @@ def test_attempts_reads_both_ack_subject_forms_and_defaults_to_one() -> None:
     assert attempts(msg("$JS.ACK.dom.HASH.S.c.7.10.9.1732940000000000000.0.tok")) == 7
     assert attempts(msg("_INBOX.abc")) == 1
     assert attempts(msg("")) == 1
+    assert stream_sequence(msg("$JS.ACK.S.c.4.10.9.1732940000000000000.0")) == 10
+    assert stream_sequence(msg("$JS.ACK.dom.HASH.S.c.7.12.9.1732940000000000000.0.tok")) == 12
+    assert stream_sequence(msg("_INBOX.abc")) is None
 
 
 async def test_on_a_prioritized_consumer_the_overflow_gets_only_what_the_first_has_no_room_for(

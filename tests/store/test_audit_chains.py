@@ -168,7 +168,8 @@ async def test_a_database_from_before_the_chains_upgrades(postgres_url: str) -> 
             conn.execute(text("DELETE FROM audit_anchor WHERE id > 1"))
             for table in ("audit", "audit_head", "audit_anchor"):
                 conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN seq TYPE INTEGER"))
-            conn.execute(text("DELETE FROM schema_version WHERE version = 8"))
+            conn.execute(text("ALTER TABLE proposals DROP COLUMN stream_seq"))  # migration 9's
+            conn.execute(text("DELETE FROM schema_version WHERE version >= 8"))
 
         async with store.db.engine.begin() as conn:
             await conn.run_sync(downgrade)

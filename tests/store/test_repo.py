@@ -111,6 +111,41 @@ async def test_migration_3_drops_the_unique_release_id_and_keeps_the_outcomes(
     await engine.dispose()
 
 
+async def test_migration_9_keeps_the_stream_sequence_a_proposal_was_recorded_from(
+    database_url: str,
+) -> None:
+    # A database at version 8: proposals without `stream_seq`, one proposal stored.
+    engine = create_engine(database_url)
+    async with engine.begin() as conn:
+        await conn.run_sync(lambda c: SchemaVersionRow.__table__.create(c))  # type: ignore[attr-defined]
+        for version, migration in enumerate(MIGRATIONS[:8], start=1):
+            await conn.run_sync(migration)
+            await conn.execute(
+                text("INSERT INTO schema_version (version, applied_at) VALUES (:v, :at)"),
+                {"v": version, "at": NOW},
+            )
+    store = Store(Database(engine))
+    await store.proposals.record([record("before", tool="read_file")], NOW)
+    async with engine.begin() as conn:
+        await conn.execute(text("ALTER TABLE proposals DROP COLUMN stream_seq"))
+    assert await migrate(engine) == len(MIGRATIONS)
+    (old,) = await store.proposals.stored(["before"])
+    assert old.stream_seq is None  # judged by its times (`recorded_from`)
+    assert old.received_at == NOW
+    assert await migrate(engine) == len(MIGRATIONS)  # a second run changes nothing
+    proposal = Proposal(id="after", agent="agent-1", tool="read_file", arguments={"path": "b"})
+    policy = default_policy()
+    c = classify(proposal, policy.classifier_tables())
+    verdict = evaluate(proposal, c, policy)
+    recorded = route(
+        SUBJECTS, proposal, proposal.model_dump_json(), c, verdict, NOW, stream_seq=2**40
+    )
+    await store.proposals.record([recorded], NOW)
+    (new,) = await store.proposals.stored(["after"])
+    assert new.stream_seq == 2**40
+    await store.close()
+
+
 async def test_a_new_database_has_no_unique_release_id(store: Store) -> None:
     await store.proposals.record([record("p1", tool="read_file")], NOW)
     await _insert_released(store.db.engine, "p2", release_id_for("p1"))

@@ -19,7 +19,7 @@ from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from workflow.classify.engine import classify
-from workflow.effects import AuditEntry, IntakeRecord, OutboxEvent
+from workflow.effects import AuditEntry, IntakeRecord, OutboxEvent, StoredIntake
 from workflow.errors import describe_invalid
 from workflow.masking import masked_reasons
 from workflow.messages import Classification, Decision, Proposal, Verdict
@@ -30,8 +30,14 @@ from workflow.policy.model import Policy
 from workflow.routing import SERVICE_ACTOR, intake_events, invalid_answer, route
 from workflow.service.context import ServiceContext
 from workflow.service.model_check import model_check
-from workflow.service.publishing import Sent, publish_events, send_events, to_resend
-from workflow.service.pull import attempts
+from workflow.service.publishing import (
+    CLOCK_SLACK,
+    Sent,
+    publish_events,
+    send_events,
+    to_resend,
+)
+from workflow.service.pull import attempts, stream_sequence
 from workflow.service.stage import Settle, Unprocessable
 from workflow.service.tracing import span_headers, trace_headers
 from workflow.store.proposals import FreezesChanged
@@ -92,7 +98,14 @@ class Intake:
                 "headgate.intake", trace, proposal_id=proposal.id, decision=verdict.decision.value
             )
         record = route(
-            ctx.subjects, proposal, msg.data.decode(), classification, verdict, now, trace
+            ctx.subjects,
+            proposal,
+            msg.data.decode(),
+            classification,
+            verdict,
+            now,
+            trace,
+            stream_sequence(msg),
         )
         record.audit.extend(audit)
         if definition is not None and definition.server:
@@ -375,15 +388,8 @@ class Intake:
         `FreezesChanged` when `freezes`, those the batch was decided on, are no longer those
         in force (nothing written).
 
-        A proposal id seen before with the same digest is a redelivery or a duplicate publish.
-        Only a redelivery (of the message whose commit may not have been followed by its
-        publish) has its events rebuilt from the stored row and sent again: inside the
-        streams' duplicate window (JetStream drops what had arrived), or after it when the
-        stream does not hold them (`to_resend`). A fresh copy of a
-        recorded proposal sends nothing: its events were confirmed before the first copy was
-        acked, or are in the outbox, or come with the first copy's redelivery; re-sending them
-        would hand every core subscriber a second `released` event, and past the duplicate
-        window the results stream would store one.
+        A proposal id seen before with the same digest is the recording message come back or
+        another copy of it (`_copies`: which of them has its events sent again).
         The same id with another digest is a conflict (`_conflicts`): refused, and the first
         proposal under that id is left as it was.
         """
@@ -402,8 +408,7 @@ class Intake:
             return [], []
         events: list[OutboxEvent] = []
         digests: dict[str, str] = {}
-        republish: list[str] = []
-        duplicates = 0
+        copies: list[tuple[Msg, str]] = []
         keep: list[tuple[Msg, IntakeRecord]] = []
         conflicts: list[tuple[Msg, IntakeRecord]] = []
         for msg, rec in good:
@@ -418,17 +423,7 @@ class Intake:
             if first and rec.id in result.new:
                 events.extend(rec.events)
             elif rec.id not in result.new:
-                duplicates += 1
-                delivery = attempts(msg)
-                if delivery > 1 and rec.id not in republish:
-                    republish.append(rec.id)
-                log.info(
-                    "intake: %s was recorded before (stream message %s, delivery %d): %s",
-                    rec.id,
-                    _stream_seq(msg),
-                    delivery,
-                    "its events are sent again" if delivery > 1 else "a fresh copy, nothing sent",
-                )
+                copies.append((msg, rec.id))
         # Counted per batch: a labelled counter costs a lookup and a lock per increment.
         classes = Counter(
             (rec.proposal.risk_class, rec.proposal.decision)
@@ -444,17 +439,54 @@ class Intake:
             ctx.metrics.proposals.labels(risk_class, decision).inc(n)
         for outcome, n in outcomes.items():
             ctx.metrics.outcomes.labels(outcome).inc(n)
-        ctx.metrics.duplicates.inc(duplicates)
+        ctx.metrics.duplicates.inc(len(copies))
         if conflicts:
             await self._conflicts(conflicts, bad, invalid)
-        if republish:
-            rebuilt = [
-                (event, row.received_at)
-                for row in await ctx.store.proposals.stored(republish)
-                for event in intake_events(ctx.subjects, row)
-            ]
-            events.extend(await to_resend(ctx.js, rebuilt, now, ctx.signer))
+        if copies:
+            events.extend(await self._copies(copies, now))
         return keep, events
+
+    async def _copies(self, copies: list[tuple[Msg, str]], now: datetime) -> list[OutboxEvent]:
+        """The events to send again for messages carrying proposals recorded before.
+
+        The message a proposal was recorded from can come back before it was acked: its
+        batch's events may never have reached JetStream (a crash between the commit and the
+        PubAcks). That message is known by its stream sequence, kept in the proposal's row,
+        and its events are sent again (`to_resend`: JetStream drops what it holds). Its
+        delivery count does not tell: a nats-server that is killed can forget a delivery it
+        had not yet written down and hand the message out again as a first delivery.
+        Another copy (an agent proposing the same call again, a publish past the duplicate
+        window) sends nothing: the events are confirmed before the recording message is
+        acked, or are in the outbox, or come with that message's return; re-sending them
+        would hand every core subscriber a second `released` event.
+        """
+        ctx = self.ctx
+        rows = {row.id: row for row in await ctx.store.proposals.stored({p for _, p in copies})}
+        again: dict[str, StoredIntake] = {}
+        for msg, pid in copies:
+            row = rows.get(pid)
+            if row is None:  # pruned since the commit found it: decided long ago
+                continue
+            seq = stream_sequence(msg)
+            delivery = attempts(msg)
+            returning = recorded_from(row, seq, delivery, _stored_at(msg))
+            if returning:
+                again[pid] = row
+            log.info(
+                "intake: %s was recorded before (stream message %s, delivery %d): %s",
+                pid,
+                "?" if seq is None else seq,
+                delivery,
+                "the message it was recorded from, its events are sent again"
+                if returning
+                else "another copy, nothing sent",
+            )
+        rebuilt = [
+            (event, row.received_at)
+            for row in again.values()
+            for event in intake_events(ctx.subjects, row)
+        ]
+        return await to_resend(ctx.js, rebuilt, now, ctx.signer) if rebuilt else []
 
     async def _conflicts(
         self,
@@ -541,9 +573,24 @@ def _grant_used(proposal: Proposal, grant: GrantTerms) -> AuditEntry:
     )
 
 
-def _stream_seq(msg: Msg) -> str:
-    """The message's sequence in its stream, for a log line ("?" when it has none)."""
+def recorded_from(
+    row: StoredIntake, seq: int | None, delivery: int, stored_at: datetime | None
+) -> bool:
+    """Whether a message (its stream sequence, delivery count and the stream's time for it)
+    carrying the already recorded proposal `row` is the message it was recorded from.
+
+    Known exactly by the sequence the row keeps. A row recorded before the sequence was kept
+    (or from a message without one) is judged by the times: a message stored in the stream
+    before the recording, or up to `CLOCK_SLACK` after it (the clocks may differ), or
+    delivered before, may be that message."""
+    if row.stream_seq is not None and seq is not None:
+        return seq == row.stream_seq
+    return delivery > 1 or stored_at is None or stored_at < row.received_at + CLOCK_SLACK
+
+
+def _stored_at(msg: Msg) -> datetime | None:
+    """When the stream stored the message (its own clock); None when that cannot be read."""
     try:
-        return str(msg.metadata.sequence.stream)
+        return msg.metadata.timestamp
     except Exception:  # not a JetStream message (tests)
-        return "?"
+        return None

@@ -25,6 +25,7 @@ _STORED = select(
     PROPOSALS.c.verdict,
     PROPOSALS.c.trace,
     PROPOSALS.c.received_at,
+    PROPOSALS.c.stream_seq,
 ).where(PROPOSALS.c.id.in_(bindparam("ids", expanding=True)))
 
 
@@ -171,7 +172,7 @@ class Proposals:
             return []
         if self.db.fast:
             rows: Iterable[Any] = fastpath.select_in(
-                conn, "SELECT id, payload, classification, verdict, trace, received_at "
+                conn, "SELECT id, payload, classification, verdict, trace, received_at, stream_seq "
                 "FROM proposals", "id", list(ids),
             )  # fmt: skip
             received: Callable[[Any], datetime] = _from_sqlite
@@ -186,8 +187,9 @@ class Proposals:
                 verdict=verdict,
                 trace=json.loads(trace) if trace else None,
                 received_at=received(at),
+                stream_seq=seq,
             )
-            for pid, payload, classification, verdict, trace, at in rows
+            for pid, payload, classification, verdict, trace, at, seq in rows
         ]
 
     async def owners(self, proposal_ids: Iterable[str]) -> dict[str, str]:

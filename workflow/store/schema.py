@@ -59,6 +59,11 @@ class ProposalRow(SQLModel, table=True):
     verdict: str
     trace: str | None = Field(default=None, description="W3C trace context (JSON) it came with.")
     received_at: datetime = _ts()
+    stream_seq: int | None = Field(
+        default=None,
+        sa_column=Column(BigInteger(), nullable=True),
+        description="The proposals stream's sequence of the message it was recorded from.",
+    )
 
 
 class RequestRow(SQLModel, table=True):
