@@ -110,6 +110,16 @@ class DecisionRecord(NamedTuple):
     record: str | None
     """The accepted `ApprovalRecord` as JSON."""
     received_at: datetime
+    stream_seq: int | None = None
+    """The decisions stream's sequence of the message it was recorded from."""
+
+
+class RecordedNonce(NamedTuple):
+    """A decision's nonce already recorded: the signature it carried and the stream sequence
+    of the message it was recorded from (None for decisions recorded before that was kept)."""
+
+    signature: str | None
+    stream_seq: int | None
 
 
 class ExecutionRecord(NamedTuple):

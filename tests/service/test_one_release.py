@@ -25,7 +25,7 @@ from tests.service.helpers import (
     send_decision,
     wait_until,
 )
-from workflow.service import intake, publishing, streams
+from workflow.service import collector, intake, publishing, streams
 
 
 @asynccontextmanager
@@ -145,9 +145,9 @@ async def test_a_signed_decision_replayed_from_api_get_does_not_release_again(
 async def test_a_replayed_decision_that_is_redelivered_does_not_release_again(
     nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A replay whose first delivery fails comes back as a redelivery, which the collector
-    takes for the redelivery of the message it applied: it re-sends only what JetStream has
-    not confirmed, never a release it stored."""
+    """A replay whose first delivery fails comes back as a redelivery. It is not the message
+    the decision was recorded from (the stream sequence its row keeps), so it is refused as a
+    replay: no second release."""
     async with running_service(nats_url, tmp_path, retry_base_delay=0.1) as h:
         assert h.service.ctx is not None
         ctx = h.service.ctx
@@ -186,6 +186,47 @@ async def test_a_replayed_decision_that_is_redelivered_does_not_release_again(
             assert loads == 2  # the replay failed once and was redelivered
             await drained(h, seen)
             assert seen[pid] == 1
+            assert [r["refusal"] for r in await _refusals(h)] == ["replay"]
+
+
+async def _refusals(h: Harness) -> list[dict[str, Any]]:
+    assert h.service.ctx is not None
+    rows = await h.service.ctx.store.audit.rows()
+    return [json.loads(r.data) for r in rows if r.kind == "decision.refused"]
+
+
+async def test_a_decision_whose_message_returns_as_a_first_delivery_is_not_a_replay(
+    nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decision is committed, its release is not confirmed (the outbox keeps it), and its
+    message comes back with delivery count 1, as a nats-server killed right after handing it
+    out can send it. The collector knows its own message by the stream sequence: it re-sends
+    the unconfirmed release and refuses nothing."""
+    async with running_service(nats_url, tmp_path, retry_base_delay=0.1) as h:
+        async with counting(h) as seen:
+            pid = await propose(h.nc, h.subjects, tool="write_file", arguments={"path": "a.txt"})
+            (item,) = await h.observer.wait_for("inbox", pid)
+            real_send = publishing.send_events
+            sends = 0
+
+            async def losing_the_first(*args: Any) -> Any:
+                nonlocal sends
+                sends += 1
+                if sends == 1:  # committed; the publish is lost and the message not acked
+                    raise ConnectionResetError("nats-server went away")
+                return await real_send(*args)
+
+            monkeypatch.setattr(collector, "send_events", losing_the_first)
+            monkeypatch.setattr(collector, "attempts", lambda msg: 1)
+            await send_decision(
+                h.nc, h.subjects, decision(h.key, item["request_id"], item["proposal_digest"])
+            )
+            await h.observer.wait_for("released", pid, timeout=15)
+            await drained(h, seen)
+            assert seen[pid] == 1
+            assert sends >= 2
+            assert await _refusals(h) == []
+            assert len((await h.service_history(pid))["approvals"]) == 1
 
 
 async def _collector_idle(h: Harness, loads: int) -> bool:

@@ -11,7 +11,14 @@ import pytest
 from sqlalchemy import select
 
 from tests.store.test_repo import record
-from workflow.effects import AuditEntry, DecisionRecord, OutboxEvent, OutcomeRecord, StepWrite
+from workflow.effects import (
+    AuditEntry,
+    DecisionRecord,
+    OutboxEvent,
+    OutcomeRecord,
+    RecordedNonce,
+    StepWrite,
+)
 from workflow.messages import ApprovalRecord
 from workflow.outcomes import Outcome, RequestState
 from workflow.store.repo import Store
@@ -202,7 +209,7 @@ async def test_decision_reads_are_what_the_reads_one_by_one_give(store: Store) -
                     nonce=approval.nonce, request_id=ids[0], approver=approval.approver,
                     key=None, signature=f"sig-{n}", verdict="approve", accepted=True,
                     refusal=None, message="counted", record=approval.model_dump_json(),
-                    received_at=NOW + timedelta(seconds=n),
+                    received_at=NOW + timedelta(seconds=n), stream_seq=100 + n,
                 ),
             ),
             NOW,
@@ -217,7 +224,12 @@ async def test_decision_reads_are_what_the_reads_one_by_one_give(store: Store) -
     assert [a.approver for a in held.approvals] == ["bea", "ann"]
     assert version == 2
     assert held.expires_at.tzinfo is not None
-    assert reads.nonces == {"nonce-bea-0000": "sig-0", "nonce-ann-0001": "sig-1"}
+    assert reads.nonces == {
+        "nonce-bea-0000": RecordedNonce("sig-0", 100),
+        "nonce-ann-0001": RecordedNonce("sig-1", 101),
+    }
+    assert await store.requests.recorded_nonce("nonce-ann-0001") == RecordedNonce("sig-1", 101)
+    assert await store.requests.recorded_nonce("nonce-new") is None
     assert sorted(p.id for p in reads.parts) == ["p0", "p1", "p2"]
     one_by_one = {p.id: p for p in await store.proposals.stored(["p0", "p1", "p2"])}
     assert {p.id: p for p in reads.parts} == one_by_one

@@ -42,7 +42,14 @@ from workflow.approvals import (
 )
 from workflow.canonical import scheme_problem
 from workflow.classify.engine import classify
-from workflow.effects import AuditEntry, DecisionRecord, OutboxEvent, StepWrite, StoredIntake
+from workflow.effects import (
+    AuditEntry,
+    DecisionRecord,
+    OutboxEvent,
+    RecordedNonce,
+    StepWrite,
+    StoredIntake,
+)
 from workflow.errors import describe_invalid
 from workflow.messages import (
     ApprovalDecision,
@@ -61,7 +68,7 @@ from workflow.policy.model import Policy
 from workflow.routing import SERVICE_ACTOR, closing_effects, reopened_audit
 from workflow.service.context import ServiceContext
 from workflow.service.publishing import Sent, send_events, to_resend
-from workflow.service.pull import attempts
+from workflow.service.pull import attempts, stream_sequence
 from workflow.service.stage import Settle, Unprocessable
 from workflow.service.tracing import span_headers
 from workflow.signing import verify_raw
@@ -106,7 +113,7 @@ class BatchReads:
 
     requests: dict[str, tuple[HeldRequest, int]]
     request_ids: set[str]
-    nonces: dict[str, str | None]
+    nonces: dict[str, RecordedNonce]
     nonce_keys: set[str]
     parts: dict[str, StoredIntake]
     freezes: list[FreezeTerms]
@@ -221,11 +228,11 @@ class Collector:
             return reads.requests.get(request_id)
         return await self.ctx.store.requests.load(request_id)
 
-    async def _nonce(self, nonce: str) -> tuple[bool, str | None]:
+    async def _nonce(self, nonce: str) -> RecordedNonce | None:
         reads = self._reads
         if reads is not None and nonce in reads.nonce_keys:
-            return nonce in reads.nonces, reads.nonces.get(nonce)
-        return await self.ctx.store.requests.nonce_signature(nonce)
+            return reads.nonces.get(nonce)
+        return await self.ctx.store.requests.recorded_nonce(nonce)
 
     def _plan_for(self, msg: Msg) -> Plan:
         if self.ctx.subjects.token_after(msg.subject, "cancel") is not None:
@@ -360,18 +367,19 @@ class Collector:
                 decision, f"There is no approval request {decision.request_id}."
             )
         held, version = loaded
-        seen, signature = await self._nonce(decision.nonce)
+        recorded = await self._nonce(decision.nonce)
+        seen = recorded is not None
         stored_signature = _stored_signature(decision)
         keys = frozenset(
             (f"request:{held.request_id}", f"nonce:{decision.nonce}")
             + ((f"passkey:{decision.passkey.credential_id}",) if decision.passkey else ())
         )
-        if seen and signature == stored_signature is not None and attempts(msg) > 1:
-            # The redelivery of a message whose effects were committed (after a crash or a
-            # failed publish): re-send what JetStream may not have stored, the events not yet
-            # confirmed. Never the confirmed ones: a replayed copy that happens to be
-            # redelivered must not hand subscribers a second release. The same decision
-            # arriving as a new message is a replay, refused below.
+        if recorded is not None and _returned(msg, recorded, stored_signature):
+            # The message whose effects were committed, come back (after a crash or a failed
+            # publish): re-send what JetStream may not have stored, the events not yet
+            # confirmed. Never the confirmed ones: a replayed copy taken for it must not hand
+            # subscribers a second release. The same decision arriving as another message is
+            # a replay, refused below.
             unconfirmed = await ctx.store.outbox.unconfirmed_for([held.proposal_id])
             events = await to_resend(ctx.js, unconfirmed, now, ctx.signer)
             return Planned(now, events=events, keys=keys)
@@ -408,6 +416,7 @@ class Collector:
                 message=step.message,
                 record=step.record.model_dump_json() if step.record else None,
                 received_at=now,
+                stream_seq=stream_sequence(msg),
             )
         write.audit.append(
             AuditEntry(
@@ -631,7 +640,7 @@ class Collector:
         """A decision that does not reach any request: recorded, and it changes nothing."""
         ctx = self.ctx
         now = ctx.now()
-        seen, _ = await self._nonce(decision.nonce)
+        seen = await self._nonce(decision.nonce) is not None
         write = StepWrite(request_id=decision.request_id, expected_version=None)
         if not seen:
             write.decision = DecisionRecord(
@@ -736,3 +745,20 @@ def _edited_audit(held: HeldRequest, edit: Edit, step: Step) -> AuditEntry:
 
 
 __all__ = ["SERVICE_ACTOR", "Collector"]
+
+
+def _returned(msg: Msg, recorded: RecordedNonce, signature: str | None) -> bool:
+    """Whether `msg`, carrying a decision whose nonce is `recorded`, is the message that
+    decision was recorded from, come back unacked.
+
+    Known exactly by the stream sequence the decision's row keeps: a nats-server that is
+    killed can forget a delivery it had not yet written down and hand the message out again
+    as a first delivery, so the delivery count alone cannot tell. A decision recorded before
+    the sequence was kept is taken for its message when it carries the same signature and was
+    delivered before."""
+    if signature is None or recorded.signature != signature:
+        return False
+    seq = stream_sequence(msg)
+    if recorded.stream_seq is not None and seq is not None:
+        return seq == recorded.stream_seq
+    return attempts(msg) > 1

@@ -128,15 +128,17 @@ def _v8(conn: Connection) -> None:
 
 
 def _v9(conn: Connection) -> None:
-    # The stream sequence of the message each proposal was recorded from: that message, come
-    # back unacked, has the proposal's events sent again; another copy does not (the intake's
-    # `_copies`). Rows recorded before have none and are judged by their times.
-    if conn.dialect.name == "postgresql":
-        conn.execute(text("ALTER TABLE proposals ADD COLUMN IF NOT EXISTS stream_seq BIGINT"))
-        return
-    columns = {row[1] for row in conn.execute(text("PRAGMA table_info(proposals)"))}
-    if "stream_seq" not in columns:
-        conn.execute(text("ALTER TABLE proposals ADD COLUMN stream_seq BIGINT"))
+    # The stream sequence of the message each proposal and each decision was recorded from:
+    # that message, come back unacked, has its events sent again, where another copy does not
+    # (the intake's `_copies`) or is a replay (the collector). Rows recorded before have none
+    # and are judged as before (by their times, by the delivery count).
+    for table in ("proposals", "decisions"):
+        if conn.dialect.name == "postgresql":
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS stream_seq BIGINT"))
+            continue
+        columns = {row[1] for row in conn.execute(text(f"PRAGMA table_info({table})"))}
+        if "stream_seq" not in columns:
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN stream_seq BIGINT"))
 
 
 MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]

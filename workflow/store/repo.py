@@ -21,7 +21,7 @@ from typing import NamedTuple
 from sqlalchemy import Connection
 
 from workflow.approvals import HeldRequest
-from workflow.effects import StoredIntake
+from workflow.effects import RecordedNonce, StoredIntake
 from workflow.policy.freeze import FreezeTerms
 from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
@@ -40,8 +40,8 @@ class DecisionReads(NamedTuple):
 
     #: request id -> (the request with its approvals, its version), those that exist
     requests: dict[str, tuple[HeldRequest, int]]
-    #: the nonces already recorded -> the signature each carried
-    nonces: dict[str, str | None]
+    #: the nonces already recorded -> the signature each carried and its message
+    nonces: dict[str, RecordedNonce]
     #: the stored proposals of those requests
     parts: list[StoredIntake]
     #: the freezes in force
@@ -78,7 +78,7 @@ class Store:
             requests = self.requests.load_many_in(conn, request_ids)
             return DecisionReads(
                 requests=requests,
-                nonces=self.requests.nonce_signatures_in(conn, nonces),
+                nonces=self.requests.recorded_nonces_in(conn, nonces),
                 parts=self.proposals.stored_in(
                     conn, [held.proposal_id for held, _ in requests.values()]
                 ),

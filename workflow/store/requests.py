@@ -17,7 +17,7 @@ from sqlalchemy import Connection, bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from workflow.approvals import HeldRequest
-from workflow.effects import DecisionRecord, StepWrite
+from workflow.effects import DecisionRecord, RecordedNonce, StepWrite
 from workflow.messages import ApprovalRecord, ApprovalRequirement
 from workflow.outcomes import RequestState
 from workflow.store import fastpath
@@ -59,8 +59,10 @@ def _approver_raced() -> Iterator[None]:
 _BY_REQUEST_ID = select(REQUESTS).where(REQUESTS.c.request_id == bindparam("ident"))
 _BY_PROPOSAL_ID = select(REQUESTS).where(REQUESTS.c.proposal_id == bindparam("ident"))
 _BY_IDS = select(REQUESTS).where(REQUESTS.c.request_id.in_(bindparam("ids", expanding=True)))
-_NONCE = select(DECISIONS.c.signature).where(DECISIONS.c.nonce == bindparam("nonce"))
-_NONCES = select(DECISIONS.c.nonce, DECISIONS.c.signature).where(
+_NONCE = select(DECISIONS.c.signature, DECISIONS.c.stream_seq).where(
+    DECISIONS.c.nonce == bindparam("nonce")
+)
+_NONCES = select(DECISIONS.c.nonce, DECISIONS.c.signature, DECISIONS.c.stream_seq).where(
     DECISIONS.c.nonce.in_(bindparam("nonces", expanding=True))
 )
 _APPROVALS = (
@@ -153,22 +155,27 @@ class Requests:
             r.request_id: (_held(r, approvals.get(r.request_id, ())), int(r.version)) for r in rows
         }
 
-    def nonce_signatures_in(self, conn: Connection, nonces: Sequence[str]) -> dict[str, str | None]:
-        """Which of these nonces were recorded, with the signature each carried, inside the
-        caller's read."""
+    def recorded_nonces_in(
+        self, conn: Connection, nonces: Sequence[str]
+    ) -> dict[str, RecordedNonce]:
+        """Which of these nonces were recorded, each with the signature it carried and the
+        stream sequence of its message, inside the caller's read."""
         if not nonces:
             return {}
         if self.db.fast:
             found = fastpath.select_in(
-                conn, "SELECT nonce, signature FROM decisions", "nonce", list(nonces)
+                conn, "SELECT nonce, signature, stream_seq FROM decisions", "nonce", list(nonces)
             )
-            return {nonce: signature for nonce, signature in found}
-        return {r.nonce: r.signature for r in conn.execute(_NONCES, {"nonces": list(nonces)})}
+            return {nonce: RecordedNonce(signature, seq) for nonce, signature, seq in found}
+        return {
+            r.nonce: RecordedNonce(r.signature, r.stream_seq)
+            for r in conn.execute(_NONCES, {"nonces": list(nonces)})
+        }
 
-    async def nonce_signature(self, nonce: str) -> tuple[bool, str | None]:
-        """Whether a decision with this nonce was recorded, and the signature it carried."""
+    async def recorded_nonce(self, nonce: str) -> RecordedNonce | None:
+        """The decision recorded with this nonce (its signature and message), if any."""
         found = await self.db.read(lambda conn: conn.execute(_NONCE, {"nonce": nonce}).first())
-        return (found is not None, found.signature if found is not None else None)
+        return None if found is None else RecordedNonce(found.signature, found.stream_seq)
 
     async def decision(self, nonce: str) -> Any | None:
         """The stored decision with this nonce (accepted or refused, and why)."""

@@ -113,6 +113,11 @@ class DecisionRow(SQLModel, table=True):
     message: str
     record: str | None = None
     received_at: datetime = _ts()
+    stream_seq: int | None = Field(
+        default=None,
+        sa_column=Column(BigInteger(), nullable=True),
+        description="The decisions stream's sequence of the message it was recorded from.",
+    )
 
 
 class OutcomeRow(SQLModel, table=True):
