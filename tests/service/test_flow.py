@@ -279,11 +279,18 @@ async def test_a_message_is_not_acked_until_its_effects_are_committed(
         assert released["proposal_id"] == pid
 
 
-async def test_events_lost_after_the_commit_are_rebuilt_from_the_row_on_redelivery(
-    nats_url: str, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("returns_as", ["redelivery", "first delivery"])
+async def test_events_lost_after_the_commit_are_rebuilt_from_the_row_when_the_message_returns(
+    nats_url: str,
+    tmp_path: Path,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    returns_as: str,
 ) -> None:
     """Committed, but neither published nor kept in the outbox (as after a crash): the
-    proposal is not acked, and its redelivery re-sends the events rebuilt from the row."""
+    proposal is not acked, and when its message comes back the events are rebuilt from the
+    row and sent. Also when it comes back as a first delivery, as a nats-server killed right
+    after handing it out can send it: the row keeps the message's stream sequence."""
     async with running_service(
         nats_url, tmp_path, database_url=database_url, retry_base_delay=0.1
     ) as h:
@@ -304,51 +311,17 @@ async def test_events_lost_after_the_commit_are_rebuilt_from_the_row_on_redelive
 
         monkeypatch.setattr(intake, "send_events", publish_failing_once)
         monkeypatch.setattr(store.outbox, "save", save_failing)
+        if returns_as == "first delivery":
+            monkeypatch.setattr(intake, "attempts", lambda msg: 1)
         pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
         (released,) = await h.observer.wait_for("released", pid, timeout=10)
         assert publishes == 2
         # the first delivery's moment, not the second's
         (row,) = await store.proposals.stored([pid])
         assert datetime.fromisoformat(released["released_at"]) == row.received_at
+        assert row.stream_seq is not None
         assert len(await h.stream_events(h.subjects.released("agent-1"), pid)) == 1
         assert await store.outbox.events_for([pid]) == []
-        monkeypatch.setattr(store.outbox, "save", real_save)
-
-
-async def test_events_lost_after_the_commit_are_sent_when_the_message_returns_as_a_first_delivery(
-    nats_url: str, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A nats-server killed right after handing out a message can forget that delivery (its
-    consumer state is written behind) and hand the message out again as a first delivery.
-    Here the commit's events are lost and the message returns with delivery count 1 (what
-    such a server reports): it was stored before the proposal was recorded, so it is the
-    recording message, and its events are sent."""
-    async with running_service(
-        nats_url, tmp_path, database_url=database_url, retry_base_delay=0.1
-    ) as h:
-        store = h.service.ctx.store  # type: ignore[union-attr]
-        real_publish = publishing.send_events
-        real_save = store.outbox.save
-        publishes = 0
-
-        async def publish_failing_once(*args: Any) -> Any:
-            nonlocal publishes
-            publishes += 1
-            if publishes == 1:
-                raise TimeoutError("no PubAck")
-            return await real_publish(*args)
-
-        async def save_failing(*args: Any) -> None:
-            raise OSError("disk I/O error")
-
-        monkeypatch.setattr(intake, "send_events", publish_failing_once)
-        monkeypatch.setattr(store.outbox, "save", save_failing)
-        monkeypatch.setattr(intake, "attempts", lambda msg: 1)
-        pid = await propose(h.nc, h.subjects, tool="read_file", arguments={"path": "a"})
-        (released,) = await h.observer.wait_for("released", pid, timeout=10)
-        assert released["proposal_id"] == pid
-        assert publishes == 2
-        assert len(await h.stream_events(h.subjects.released("agent-1"), pid)) == 1
         monkeypatch.setattr(store.outbox, "save", real_save)
 
 
