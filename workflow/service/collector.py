@@ -744,9 +744,6 @@ def _edited_audit(held: HeldRequest, edit: Edit, step: Step) -> AuditEntry:
     )
 
 
-__all__ = ["SERVICE_ACTOR", "Collector"]
-
-
 def _returned(msg: Msg, recorded: RecordedNonce, signature: str | None) -> bool:
     """Whether `msg`, carrying a decision whose nonce is `recorded`, is the message that
     decision was recorded from, come back unacked.
@@ -762,3 +759,6 @@ def _returned(msg: Msg, recorded: RecordedNonce, signature: str | None) -> bool:
     if recorded.stream_seq is not None and seq is not None:
         return seq == recorded.stream_seq
     return attempts(msg) > 1
+
+
+__all__ = ["SERVICE_ACTOR", "Collector"]
