@@ -152,7 +152,7 @@ async def test_queued_calls_run_exactly_once_after_the_agent_was_killed(
         await h.nc.jetstream().delete_consumer(h.subjects.stream("results"), consumer_name(AGENT))
         again = await start("work", nats_url, prefix, str(state), str(out))
         (rerun,) = [r["stats"] for r in await finish(again) if "stats" in r]
-        assert rerun["repeated"] == 20
+        assert rerun["repeated"] == 20, rerun
         assert rerun["executed"] == rerun["blocked"] == rerun["unknown"] == 0
         assert out.read_text().splitlines() == lines
         assert (await consumer_info(h)).num_ack_pending == 0

@@ -72,7 +72,13 @@ async def work(url: str, prefix: str, state_dir: Path, out: Path) -> None:
                 )
             except NotFoundError:
                 return False  # run_released has not created it yet
-            return bool(info.num_pending == 0 and info.num_ack_pending == 0)
+            # Something delivered (every run here has events waiting), nothing left: a consumer
+            # just made is not taken for a drained one.
+            return bool(
+                info.delivered.stream_seq > 0
+                and info.num_pending == 0
+                and info.num_ack_pending == 0
+            )
 
         async def until_drained() -> None:
             while not await drained():
