@@ -7,6 +7,7 @@ different orders) each learn which were theirs, without a deadlock."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -67,16 +68,19 @@ def observed(
     direct: Callable[[str, BaseException | None], None],
 ) -> Iterator[None]:
     """`listener` on the engine's event `name`, and `direct` on the statements run outside
-    SQLAlchemy (`PgDirect`), meanwhile."""
+    SQLAlchemy (`PgDirect`: the writes' and the reads'), meanwhile."""
     engine = store.db.engine.sync_engine
     assert store.db.pg_direct is not None
-    observers = store.db.pg_direct.observers
+    assert store.db.pg_reader is not None
+    lists = [store.db.pg_direct.observers, store.db.pg_reader.observers]
     event.listen(engine, name, listener)
-    observers.append(direct)
+    for observers in lists:
+        observers.append(direct)
     try:
         yield
     finally:
-        observers.remove(direct)
+        for observers in lists:
+            observers.remove(direct)
         event.remove(engine, name, listener)
 
 
@@ -214,7 +218,9 @@ async def test_a_direct_connection_the_server_closed_fails_one_batch_and_the_nex
     assert (await pg_store.audit.verify()).ok
 
 
-async def test_a_batch_of_steps_is_two_statements_whatever_its_size(pg_store: Store) -> None:
+async def test_a_batch_of_steps_is_one_statement_once_the_process_knows_its_head(
+    pg_store: Store, postgres_url: str
+) -> None:
     pids = [f"{kind}-{n}" for n in range(10) for kind in KINDS]
     await pg_store.proposals.record([record(p) for p in pids], NOW)
     steps = []
@@ -223,15 +229,74 @@ async def test_a_batch_of_steps_is_two_statements_whatever_its_size(pg_store: St
         assert loaded is not None
         held, version = loaded
         steps.append((step(pid.split("-")[0], held.request_id, pid, version, n), NOW))
+    half = len(steps) // 2
+    # This process knows where its last commit left its head: one statement, committed on its
+    # own, whatever the batch's size.
     with statements(pg_store) as sent:
-        assert await pg_store.requests.commit_steps(steps) == [True] * len(steps)
-    assert len(sent) == 2, sent
-    # Replayed: every nonce is taken, nothing is written, not even the audit.
-    with_nonce = [(w, at) for w, at in steps if w.decision is not None]
-    before = await pg_store.audit.rows()
-    assert await pg_store.requests.commit_steps(with_nonce) == [False] * len(with_nonce)
-    assert await pg_store.audit.rows() == before
-    assert (await pg_store.audit.verify()).ok
+        assert await pg_store.requests.commit_steps(steps[:half]) == [True] * half
+    assert len(sent) == 1, sent
+    # Another process, which has not appended yet: two statements in a transaction.
+    other = await Store.open(postgres_url)
+    try:
+        with statements(other) as sent:
+            assert await other.requests.commit_steps(steps[half:]) == [True] * (len(steps) - half)
+        assert len(sent) == 2, sent
+        # Replayed where the head is known: every nonce is taken, so the one statement writes
+        # nothing (its own refusal), and the transaction that follows, its first statement
+        # finding every nonce taken, writes nothing either, not even the audit.
+        with_nonce = [(w, at) for w, at in steps if w.decision is not None]
+        before = await other.audit.rows()
+        with statements(other) as sent, server_errors(other) as errors:
+            assert await other.requests.commit_steps(with_nonce) == [False] * len(with_nonce)
+        assert len(sent) == 2, sent
+        assert len(errors) == 1, errors
+        assert HEAD_MOVED_SENTENCE in errors[0], errors
+        assert await other.audit.rows() == before
+        assert (await other.audit.verify()).ok
+    finally:
+        await other.close()
+    # Each request moved once from the version its step expected (a refusal moves none).
+    async with pg_store.db.engine.connect() as conn:
+        versions = dict(
+            (await conn.execute(select(REQUESTS.c.request_id, REQUESTS.c.version))).all()
+        )
+    assert versions == {
+        w.request_id: (w.expected_version + 1 if w.expected_version is not None else 0)
+        for w, _ in steps
+    }
+
+
+async def test_a_batch_of_decisions_reads_in_one_statement(pg_store: Store) -> None:
+    """What a batch of decisions reads (`Store.decision_reads`: the requests with their
+    approvals, the nonces, the stored proposals, the freezes) is one statement, whatever the
+    batch's size (what it reads is `test_steps`' on both stores)."""
+    recs = [record(f"read-{n}") for n in range(20)]
+    await pg_store.proposals.record(recs, NOW)
+    ids = [r.request.request_id for r in recs if r.request is not None]
+    for size in (1, len(ids)):
+        with statements(pg_store) as sent:
+            reads = await pg_store.decision_reads(ids[:size], [f"nonce-{n}" for n in range(size)])
+        assert len(sent) == 1, sent
+        assert sorted(reads.requests) == sorted(ids[:size])
+        assert len(reads.parts) == size
+        assert reads.nonces == {}
+    # The server ends the reads' connection: the next read fails (the collector retries its
+    # batch) or opens another at once; the one after reads on a connection of its own again.
+    async with pg_store.db.engine.connect() as conn:
+        ended = await conn.execute(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND query LIKE 'SELECT ARRAY(SELECT ROW(request_id, %'"
+            )
+        )
+        assert ended.scalar_one() == 1
+    with contextlib.suppress(DirectFailed):
+        await pg_store.decision_reads(ids[:1], [])
+    with statements(pg_store) as sent:
+        again = await pg_store.decision_reads(ids[:1], [])
+    assert set(again.requests) == {ids[0]}
+    assert len(sent) == 1, sent
 
 
 async def test_replicas_recording_the_same_ids_at_once_each_store_them_once(

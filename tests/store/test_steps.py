@@ -21,6 +21,7 @@ from workflow.effects import (
 )
 from workflow.messages import ApprovalRecord
 from workflow.outcomes import Outcome, RequestState
+from workflow.policy.freeze import FreezeTerms
 from workflow.store.repo import Store
 from workflow.store.requests import ConcurrentUpdate
 from workflow.store.tables import AUDIT, DECISIONS, OUTBOX, OUTCOMES, PROPOSALS, REQUESTS
@@ -214,6 +215,9 @@ async def test_decision_reads_are_what_the_reads_one_by_one_give(store: Store) -
             ),
             NOW,
         )  # fmt: skip
+    for n, (agent, every) in enumerate((("agent-1", False), (None, True))):
+        terms = FreezeTerms(f"fz-{n}", agent, None, every, f"reason {n}", "ann", NOW)
+        await store.grants.freeze(terms, [], NOW + timedelta(seconds=n))
     reads = await store.decision_reads(
         [*ids, "rq_missing"], ["nonce-bea-0000", "nonce-ann-0001", "nonce-new"]
     )
@@ -234,4 +238,6 @@ async def test_decision_reads_are_what_the_reads_one_by_one_give(store: Store) -
     one_by_one = {p.id: p for p in await store.proposals.stored(["p0", "p1", "p2"])}
     assert {p.id: p for p in reads.parts} == one_by_one
     assert all(p.received_at.tzinfo is not None for p in reads.parts)
+    assert [f.freeze_id for f in reads.freezes] == ["fz-0", "fz-1"]
     assert reads.freezes == await store.grants.freezes()
+    assert all(f.at.tzinfo is not None for f in reads.freezes)

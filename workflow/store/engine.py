@@ -213,6 +213,9 @@ class Database:
         self.pg_statements = PgStatements() if self.dialect == "postgresql" else None
         #: PostgreSQL: the connection `transact_at_head` runs its statements on.
         self.pg_direct = PgDirect(engine) if self.dialect == "postgresql" else None
+        #: PostgreSQL: the connection of the collector's reads of a batch (see
+        #: `Store.decision_reads`), another one (they do not wait for a write under way).
+        self.pg_reader = PgDirect(engine) if self.dialect == "postgresql" else None
         #: PostgreSQL: the engine's pool without a transaction around each statement (see
         #: `read`).
         self._reader = (
@@ -255,8 +258,9 @@ class Database:
         if self._writer_conn is not None:
             self._writer_conn.close()
             self._writer_conn = None
-        if self.pg_direct is not None:
-            await self.pg_direct.aclose()
+        for direct in (self.pg_direct, self.pg_reader):
+            if direct is not None:
+                await direct.aclose()
         for sync in (self._sync_writer, self._background_writer):
             if sync is not None:
                 sync.dispose()
@@ -339,7 +343,9 @@ class Database:
         it commits, this process's next transactions try that chain first."""
         self._appended = head
 
-    async def transact_at_head(self, body: Callable[[Head], tuple[Positional, Head]]) -> bool:
+    async def transact_at_head(
+        self, body: Callable[[Head], tuple[Positional, Head]], *, urgent: bool = False
+    ) -> bool:
         """PostgreSQL: run one statement committed on its own (one round trip, no BEGIN and no
         COMMIT of their own, on `PgDirect`'s connection) after the audit head this process's
         last transaction left, when one is known: `body` chains its records after that head
@@ -347,9 +353,9 @@ class Database:
         nothing — no head known, or `HeadMoved` (another process or replica appended to that
         chain meanwhile, or a row was stored already): the caller then runs its transaction
         as before (`transact`), which locks a free head, preferring another chain than the one
-        that moved."""
+        that moved. `urgent`: as `transact`'s."""
         assert self.pg_direct is not None, "PostgreSQL only"
-        async with self.gate.hold():
+        async with self.gate.hold(urgent=urgent):
             head = self.pg_head
             if head is None:
                 return False

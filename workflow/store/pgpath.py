@@ -20,6 +20,7 @@ SQLAlchemy (`PgDirect`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from enum import Enum
@@ -122,44 +123,93 @@ class PgInserts:
         as `HeadMoved`, and nothing is written: the caller locks a head and writes in a
         transaction instead."""
         present = [i for i in inserts if i.rows]
+        params: dict[str, Any] = {"first_rows": len(present[0].rows)}
+        if freezes is not None:
+            params["freezes"] = list(freezes)
+        return self._at(present, old, new, params, freezes is not None, False)
+
+    def steps_at(
+        self,
+        decisions: Sequence[DecisionRecord],
+        steps: Sequence[StepRow],
+        inserts: Sequence[Insert],
+        old: Head,
+        new: Head,
+    ) -> Positional:
+        """`at` for a batch of approval steps: the decisions recorded, each nonce new; every
+        step applied as `PgStatements.apply_steps` applies it (the same clauses: one lock
+        order), each request update finding its request at the version expected and each
+        status set; the rows of `inserts` (outcomes, events, audit). Anything else fails the
+        statement as `at`'s fails."""
+        # In the order `apply_steps` takes them.
+        decisions = sorted(decisions, key=lambda d: (d.request_id, d.nonce))
+        steps = sorted(steps, key=lambda s: s.request_id)
+        params: dict[str, Any] = {
+            **_arrays("d", decisions, len(DecisionRecord._fields)),
+            **_arrays("s", steps, len(StepRow._fields)),
+            "decision_rows": len(decisions),
+            "moved_rows": sum(s.b_version is not None for s in steps),
+            "status_rows": sum(s.proposal_id is not None for s in steps),
+        }
+        return self._at([i for i in inserts if i.rows], old, new, params, False, True)
+
+    def _at(
+        self,
+        present: Sequence[Insert],
+        old: Head,
+        new: Head,
+        params: dict[str, Any],
+        freezes: bool,
+        steps: bool,
+    ) -> Positional:
         shape = (
-            freezes is not None,
+            freezes,
+            steps,
             *((i.table.name, tuple(i.rows[0]._fields), i.ignore) for i in present),
         )
         statement = self._positional.get(shape)
         if statement is None:
             statement = self._positional[shape] = positional(
-                self._build_at(present, freezes is not None)
+                self._build_at(present, freezes, steps)
             )
-        params: dict[str, Any] = {}
-        if freezes is not None:
-            params["freezes"] = list(freezes)
         for n, insert in enumerate(present):
             for k in range(len(insert.rows[0]._fields)):
                 params[f"t{n}_{k}"] = [_value(row[k]) for row in insert.rows]
         params["head_chain"], params["head_seq"], params["head_hash"] = new
         params["old_seq"], params["old_hash"] = old.seq, old.hash
-        params["first_rows"] = len(present[0].rows)
         return Positional(statement.sql, tuple(params[n] for n in statement.names))
 
     @classmethod
-    def _build_at(cls, inserts: Sequence[Insert], freezes: bool) -> TextClause:
-        clauses = cls._clauses(inserts, returning=True)
+    def _build_at(cls, inserts: Sequence[Insert], freezes: bool, steps: bool) -> TextClause:
+        if steps:
+            first = "d"
+            clauses = [_decisions_clause(), *_step_clauses(_COUNTS), *cls._clauses(inserts)]
+            checks = [
+                "(SELECT count(*) FROM d) = CAST(:decision_rows AS BIGINT)",
+                "(SELECT count(*) FROM u) = CAST(:moved_rows AS BIGINT)",
+                "(SELECT count(*) FROM st) = CAST(:status_rows AS BIGINT)",
+            ]
+        else:
+            first = "t0"
+            clauses = cls._clauses(inserts, returning=True)
+            checks = ["(SELECT count(*) FROM t0) = CAST(:first_rows AS BIGINT)"]
+            if freezes:
+                checks.append(FREEZES_UNCHANGED)
         clauses.append(
             "h AS (UPDATE audit_head SET seq = :head_seq, hash = :head_hash "
             "WHERE id = :head_chain AND seq = :old_seq AND hash = :old_hash RETURNING id)"
         )
-        # Unless the head moved as expected and every first row was new, the statement fails
-        # on a cast of a sentence to an integer, so none of its writes is kept and the line
-        # the server logs for it (`invalid input syntax for type integer: "headgate: …"`)
-        # says what happened. The sentence ends in a count the server only knows when it runs
-        # the statement: a constant would be cast, and fail, when the statement is planned.
+        # Unless the head moved as expected and every first row was new (and every step
+        # applied), the statement fails on a cast of a sentence to an integer, so none of its
+        # writes is kept and the line the server logs for it (`invalid input syntax for type
+        # integer: "headgate: …"`) says what happened. The sentence ends in a count the server
+        # only knows when it runs the statement: a constant would be cast, and fail, when the
+        # statement is planned.
         return text(
             f"WITH {', '.join(clauses)} SELECT CASE WHEN (SELECT count(*) FROM h) = 1 "
-            "AND (SELECT count(*) FROM t0) = CAST(:first_rows AS BIGINT) "
-            f"{'AND ' + FREEZES_UNCHANGED + ' ' if freezes else ''}THEN 1 "
+            f"AND {' AND '.join(checks)} THEN 1 "
             f"ELSE CAST('{HEAD_MOVED_SENTENCE} (new rows: ' || "
-            "CAST((SELECT count(*) FROM t0) AS VARCHAR) || ')' AS INTEGER) END"
+            f"CAST((SELECT count(*) FROM {first}) AS VARCHAR) || ')' AS INTEGER) END"
         )
 
     @staticmethod
@@ -242,7 +292,8 @@ class DirectFailed(Exception):
 
 class PgDirect:
     """A connection of its own on asyncpg, without SQLAlchemy, for the statements committed on
-    their own (`PgInserts.at`): the intake's batch in one statement.
+    their own (`PgInserts.at`: the intake's batch, or the collector's batch of approval steps,
+    in one statement), or for the collector's reads of a batch (`fetch`, on another one).
 
     Through SQLAlchemy (`run_sync`'s greenlet, the parameters bound and processed, an
     execution context, a pool check-out and check-in) that one statement took about a sixth of
@@ -267,30 +318,44 @@ class PgDirect:
             kwargs["statement_cache_size"] = int(cache)
         self._args, self._kwargs = args, kwargs
         self._conn: Any = None
+        #: One statement at a time on the connection (asyncpg runs one per connection).
+        self._busy = asyncio.Lock()
         self.observers: list[Callable[[str, BaseException | None], object]] = []
 
     async def execute(self, statement: Positional, chain: int) -> None:
         """Run `statement` in autocommit (committed when it returns). `HeadMoved` (for audit
         chain `chain`) when the server refused it as `PgInserts.at`'s statement refuses."""
-        conn = self._conn
-        if conn is None or conn.is_closed():
-            import asyncpg
+        await self._run(statement, chain)
 
-            conn = self._conn = await asyncpg.connect(*self._args, **self._kwargs)
-        try:
-            await conn.execute(statement.sql, *statement.args)
-        except BaseException as exc:
+    async def fetch(self, statement: Positional) -> Any:
+        """Run a read and return its one row (an `asyncpg.Record`; None when it has none)."""
+        return await self._run(statement, None)
+
+    async def _run(self, statement: Positional, chain: int | None) -> Any:
+        async with self._busy:
+            conn = self._conn
+            if conn is None or conn.is_closed():
+                import asyncpg
+
+                conn = self._conn = await asyncpg.connect(*self._args, **self._kwargs)
+            try:
+                if chain is None:
+                    row = await conn.fetchrow(statement.sql, *statement.args)
+                else:
+                    row = await conn.execute(statement.sql, *statement.args)
+            except BaseException as exc:
+                for observer in self.observers:
+                    observer(statement.sql, exc)
+                if chain is not None and getattr(exc, "sqlstate", None) in _HEAD_MOVED:
+                    raise HeadMoved(chain) from exc
+                # Lost, cancelled mid-statement, or refused otherwise: its state is not known.
+                self.close()
+                if isinstance(exc, Exception):
+                    raise DirectFailed(exc) from exc
+                raise
             for observer in self.observers:
-                observer(statement.sql, exc)
-            if getattr(exc, "sqlstate", None) in _HEAD_MOVED:
-                raise HeadMoved(chain) from exc
-            # Lost, cancelled mid-statement, or refused otherwise: its state is not known.
-            self.close()
-            if isinstance(exc, Exception):
-                raise DirectFailed(exc) from exc
-            raise
-        for observer in self.observers:
-            observer(statement.sql, None)
+                observer(statement.sql, None)
+            return row
 
     def close(self) -> None:
         """Close the connection at once (a statement under way is abandoned)."""
@@ -370,8 +435,6 @@ class PgStatements:
 
     def __init__(self) -> None:
         self._proposals: Table = schema.ProposalRow.__table__  # type: ignore[attr-defined]
-        self._decisions: Table = schema.DecisionRow.__table__  # type: ignore[attr-defined]
-        self._requests: Table = schema.RequestRow.__table__  # type: ignore[attr-defined]
         self._by_columns: dict[tuple[str, ...], TextClause] = {}
         self._steps: TextClause | None = None
 
@@ -449,41 +512,63 @@ class PgStatements:
         return StepsApplied(new_nonces, moved, head)
 
     def _build_steps(self) -> TextClause:
-        columns = DecisionRecord._fields
-        req, dec, prop = self._requests, self._decisions, self._proposals
-        step_types = {
-            "request_id": (req, "request_id"),
-            "nonce": (dec, "nonce"),
-            "b_version": (req, "version"),
-            "requirement": (req, "requirement"),
-            "expires_at": (req, "expires_at"),
-            "state": (req, "state"),
-            "closed_at": (req, "closed_at"),
-            "proposal_id": (prop, "id"),
-            "status": (prop, "status"),
-        }
-        arrays = ", ".join(
-            f"CAST(:s_{k} AS {_array_type(*step_types[c])})" for k, c in enumerate(StepRow._fields)
-        )
-        counts = "(s.nonce IS NULL OR s.nonce IN (SELECT nonce FROM d))"
         return text(
-            f"WITH d AS (INSERT INTO {dec.name} ({', '.join(columns)}) "
-            f"SELECT * FROM unnest({_unnest('d', dec, columns)}) "
-            "ON CONFLICT (nonce) DO NOTHING RETURNING nonce), "
-            f"s AS (SELECT * FROM unnest({arrays}) AS s({', '.join(StepRow._fields)})), "
-            f"u AS (UPDATE {req.name} r SET version = s.b_version + 1, "
-            "requirement = COALESCE(s.requirement, r.requirement), "
-            "expires_at = COALESCE(s.expires_at, r.expires_at), "
-            "state = COALESCE(s.state, r.state), closed_at = COALESCE(s.closed_at, r.closed_at) "
-            "FROM s WHERE s.b_version IS NOT NULL AND r.request_id = s.request_id "
-            f"AND r.version = s.b_version AND {counts} RETURNING r.request_id), "
-            f"st AS (UPDATE {prop.name} p SET status = s.status FROM s "
-            f"WHERE s.proposal_id IS NOT NULL AND p.id = s.proposal_id AND {counts} "
-            f"RETURNING p.id), {_HEAD_CTE} "
+            f"WITH {_decisions_clause()}, {', '.join(_step_clauses(_COUNTS))}, {_HEAD_CTE} "
             "SELECT 0, nonce, CAST(NULL AS VARCHAR) FROM d "
             "UNION ALL SELECT 1, request_id, NULL FROM u "
             f"UNION ALL SELECT 2, id, NULL FROM st UNION ALL {_HEAD_ROW}"
         )
+
+
+def _decisions_clause() -> str:
+    """The `WITH` clause `d` recording the decisions (`DecisionRecord`s in the `:d_k` arrays)
+    whose nonce is new (each such nonce)."""
+    dec: Table = schema.DecisionRow.__table__  # type: ignore[attr-defined]
+    columns = DecisionRecord._fields
+    return (
+        f"d AS (INSERT INTO {dec.name} ({', '.join(columns)}) "
+        f"SELECT * FROM unnest({_unnest('d', dec, columns)}) "
+        "ON CONFLICT (nonce) DO NOTHING RETURNING nonce)"
+    )
+
+
+#: `PgStatements.apply_steps`: a step counts when it has no nonce or its nonce is new.
+_COUNTS = "(s.nonce IS NULL OR s.nonce IN (SELECT nonce FROM d))"
+
+
+def _step_clauses(counts: str) -> list[str]:
+    """The `WITH` clauses applying approval steps (`StepRow`s in the `:s_k` arrays) where
+    `counts` holds: `s` the steps, `u` the version-checked request updates (each the request's
+    id), `st` the proposals' statuses (each the proposal's id)."""
+    req: Table = schema.RequestRow.__table__  # type: ignore[attr-defined]
+    dec: Table = schema.DecisionRow.__table__  # type: ignore[attr-defined]
+    prop: Table = schema.ProposalRow.__table__  # type: ignore[attr-defined]
+    step_types = {
+        "request_id": (req, "request_id"),
+        "nonce": (dec, "nonce"),
+        "b_version": (req, "version"),
+        "requirement": (req, "requirement"),
+        "expires_at": (req, "expires_at"),
+        "state": (req, "state"),
+        "closed_at": (req, "closed_at"),
+        "proposal_id": (prop, "id"),
+        "status": (prop, "status"),
+    }
+    arrays = ", ".join(
+        f"CAST(:s_{k} AS {_array_type(*step_types[c])})" for k, c in enumerate(StepRow._fields)
+    )
+    return [
+        f"s AS (SELECT * FROM unnest({arrays}) AS s({', '.join(StepRow._fields)}))",
+        f"u AS (UPDATE {req.name} r SET version = s.b_version + 1, "
+        "requirement = COALESCE(s.requirement, r.requirement), "
+        "expires_at = COALESCE(s.expires_at, r.expires_at), "
+        "state = COALESCE(s.state, r.state), closed_at = COALESCE(s.closed_at, r.closed_at) "
+        "FROM s WHERE s.b_version IS NOT NULL AND r.request_id = s.request_id "
+        f"AND r.version = s.b_version AND {counts} RETURNING r.request_id)",
+        f"st AS (UPDATE {prop.name} p SET status = s.status FROM s "
+        f"WHERE s.proposal_id IS NOT NULL AND p.id = s.proposal_id AND {counts} "
+        "RETURNING p.id)",
+    ]
 
 
 class StepRow(NamedTuple):

@@ -18,6 +18,23 @@ from workflow.store.engine import Database
 from workflow.store.pgpath import Head, Insert, Positional
 from workflow.store.tables import AUDIT, DECISIONS, FREEZES, OUTCOMES, PROPOSALS, REQUESTS
 
+
+def stored_intakes(rows: Iterable[Any], received: Callable[[Any], datetime]) -> list[StoredIntake]:
+    """Proposal rows read as `_STORED`'s columns, `received` reading their time."""
+    return [
+        StoredIntake(
+            id=pid,
+            payload=payload,
+            classification=classification,
+            verdict=verdict,
+            trace=json.loads(trace) if trace else None,
+            received_at=received(at),
+            stream_seq=seq,
+        )
+        for pid, payload, classification, verdict, trace, at, seq in rows
+    ]
+
+
 _STORED = select(
     PROPOSALS.c.id,
     PROPOSALS.c.payload,
@@ -179,18 +196,7 @@ class Proposals:
         else:
             rows = conn.execute(_STORED, {"ids": list(ids)})
             received = _same
-        return [
-            StoredIntake(
-                id=pid,
-                payload=payload,
-                classification=classification,
-                verdict=verdict,
-                trace=json.loads(trace) if trace else None,
-                received_at=received(at),
-                stream_seq=seq,
-            )
-            for pid, payload, classification, verdict, trace, at, seq in rows
-        ]
+        return stored_intakes(rows, received)
 
     async def owners(self, proposal_ids: Iterable[str]) -> dict[str, str]:
         """The agent that proposed each of these ids (the ids not stored are left out)."""

@@ -30,9 +30,33 @@ from workflow.store.executions import Executions
 from workflow.store.grants import Grants
 from workflow.store.outbox import Outbox
 from workflow.store.passkeys import Passkeys
-from workflow.store.proposals import Proposals
-from workflow.store.requests import Requests
+from workflow.store.pgpath import Positional
+from workflow.store.proposals import Proposals, stored_intakes
+from workflow.store.requests import (
+    REQUEST_COLUMNS,
+    RequestColumns,
+    Requests,
+    approvals_of,
+    held_requests,
+)
 from workflow.store.retention import Retention
+
+#: `Store.decision_reads` on PostgreSQL, one statement (`$1` the request ids, `$2` the
+#: nonces): an array of rows for each of the reads, in the columns of the SQLAlchemy reads.
+DECISION_READS = (
+    f"SELECT ARRAY(SELECT ROW({', '.join(REQUEST_COLUMNS)}) FROM requests "
+    "WHERE request_id = ANY(CAST($1 AS VARCHAR[]))), "
+    'ARRAY(SELECT ROW(request_id, "record") FROM decisions '
+    "WHERE request_id = ANY(CAST($1 AS VARCHAR[])) AND accepted AND verdict = 'approve' "
+    "ORDER BY received_at), "
+    "ARRAY(SELECT ROW(nonce, signature, stream_seq) FROM decisions "
+    "WHERE nonce = ANY(CAST($2 AS VARCHAR[]))), "
+    "ARRAY(SELECT ROW(p.id, p.payload, p.classification, p.verdict, p.trace, p.received_at, "
+    "p.stream_seq) FROM proposals p JOIN requests r ON p.id = r.proposal_id "
+    "WHERE r.request_id = ANY(CAST($1 AS VARCHAR[]))), "
+    'ARRAY(SELECT ROW(freeze_id, agent, workspace, all_calls, reason, "by", "at") '
+    'FROM freezes WHERE lifted_at IS NULL ORDER BY "at")'
+)
 
 
 class DecisionReads(NamedTuple):
@@ -72,7 +96,24 @@ class Store:
         self, request_ids: Sequence[str], nonces: Sequence[str]
     ) -> DecisionReads:
         """The requests, recorded nonces, stored proposals and freezes a batch of decisions
-        needs, in one read (a decision's fixed cost is mostly its statements)."""
+        needs, in one read (a decision's fixed cost is mostly its statements): on PostgreSQL
+        one statement on a connection of the process's own without SQLAlchemy (`PgDirect`,
+        `DECISION_READS`), on SQLite through the DB-API."""
+        reader = self.db.pg_reader
+        if reader is not None:
+            row = await reader.fetch(Positional(DECISION_READS, (list(request_ids), list(nonces))))
+            requests, approvals, found, parts, freezes = row
+            return DecisionReads(
+                requests=held_requests(
+                    [RequestColumns(*r) for r in requests], approvals_of(approvals)
+                ),
+                nonces={nonce: RecordedNonce(signature, seq) for nonce, signature, seq in found},
+                parts=stored_intakes(parts, received=lambda at: at),
+                freezes=[
+                    FreezeTerms(i, agent, ws, bool(every), reason, by, at)
+                    for i, agent, ws, every, reason, by, at in freezes
+                ],
+            )
 
         def body(conn: Connection) -> DecisionReads:
             requests = self.requests.load_many_in(conn, request_ids)

@@ -24,9 +24,9 @@ from workflow.store import fastpath
 from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
 from workflow.store.outbox import IGNORE, Outbox, records
-from workflow.store.pgpath import Head, Insert, StepRow
+from workflow.store.pgpath import Head, Insert, Positional, StepRow
 from workflow.store.schema import ACCEPTED_APPROVER_INDEX
-from workflow.store.tables import DECISIONS, OUTBOX, OUTCOMES, PROPOSALS, REQUESTS
+from workflow.store.tables import AUDIT, DECISIONS, OUTBOX, OUTCOMES, PROPOSALS, REQUESTS
 
 
 class ConcurrentUpdate(Exception):
@@ -74,16 +74,19 @@ _APPROVALS = (
     )
     .order_by(DECISIONS.c.received_at)
 )
-# The same on SQLite through the DB-API (`load_many_in`): the columns in table order, the three
-# timestamps last, read back as SQLAlchemy would (aware, UTC).
-_REQUEST_COLUMNS = (
+# The same on SQLite through the DB-API (`load_many_in`), and on PostgreSQL in the collector's
+# one read (`Store.decision_reads`): the columns in table order, the three timestamps last,
+# read back as SQLAlchemy would (aware, UTC).
+REQUEST_COLUMNS = (
     "request_id", "proposal_id", "agent", "workspace", "digest", "requirement", "state",
     "version", "created_at", "expires_at", "closed_at",
 )  # fmt: skip
-_REQUEST_SELECT = f"SELECT {', '.join(_REQUEST_COLUMNS)} FROM requests"
+_REQUEST_SELECT = f"SELECT {', '.join(REQUEST_COLUMNS)} FROM requests"
 
 
-class _SqliteRequest(NamedTuple):
+class RequestColumns(NamedTuple):
+    """A request's row read as `REQUEST_COLUMNS`."""
+
     request_id: str
     proposal_id: str
     agent: str
@@ -145,15 +148,13 @@ class Requests:
             return {}
         if self.db.fast:
             rows: Sequence[Any] = [
-                _SqliteRequest(*r[:-3], *map(fastpath.from_sqlite_datetime, r[-3:]))
+                RequestColumns(*r[:-3], *map(fastpath.from_sqlite_datetime, r[-3:]))
                 for r in fastpath.select_in(conn, _REQUEST_SELECT, "request_id", list(request_ids))
             ]
         else:
             rows = conn.execute(_BY_IDS, {"ids": list(request_ids)}).all()
         approvals = self._approvals(conn, [r.request_id for r in rows]) if rows else {}
-        return {
-            r.request_id: (_held(r, approvals.get(r.request_id, ())), int(r.version)) for r in rows
-        }
+        return held_requests(rows, approvals)
 
     def recorded_nonces_in(
         self, conn: Connection, nonces: Sequence[str]
@@ -229,10 +230,42 @@ class Requests:
         `commit_step` would apply each: for each, False when its nonce was already used.
 
         Raises ConcurrentUpdate, and commits none of them, when another writer moved one of
-        the requests first."""
+        the requests first.
+
+        PostgreSQL, once this process knows where its last commit left its audit chain's head:
+        first one statement committed on its own, each step taken as counting
+        (`Database.transact_at_head`); when one does not (its nonce taken, its request at
+        another version) or the head moved, it writes nothing, and the transaction below
+        sorts the steps out."""
         if not steps:
             return []
+        if (
+            self.db.pg_inserts is not None
+            and any(w.audit for w, _ in steps)
+            and await self.db.transact_at_head(
+                lambda head: self._steps_at(head, steps), urgent=True
+            )
+        ):
+            return [True] * len(steps)
         return await self.db.transact(lambda conn: self.commit_steps_in(conn, steps), urgent=True)
+
+    def _steps_at(
+        self, head: Head, steps: Sequence[tuple[StepWrite, datetime]]
+    ) -> tuple[Positional, Head]:
+        """PostgreSQL, one statement: every step applied, as `_commit_steps_pg` applies those
+        that count, its records chained after `head`, and the head it leaves."""
+        pg = self.db.pg_inserts
+        assert pg is not None
+        latest = max(now for _, now in steps)
+        audit, moved = self.audit.chained([a for w, _ in steps for a in w.audit], latest, head)
+        inserts = [
+            Insert(OUTCOMES, [w.outcome for w, _ in steps if w.outcome is not None]),
+            Insert(OUTBOX, records([e for w, _ in steps for e in w.events], latest), IGNORE),
+            Insert(AUDIT, audit),
+        ]
+        decisions = [w.decision for w, _ in steps if w.decision is not None]
+        rows = [_step_row(write, now) for write, now in steps]
+        return pg.steps_at(decisions, rows, inserts, head, moved), moved
 
     def commit_steps_in(
         self, conn: Connection, steps: Sequence[tuple[StepWrite, datetime]]
@@ -389,14 +422,14 @@ class Requests:
     ) -> dict[str, tuple[ApprovalRecord, ...]]:
         """The accepted approvals of each request, in the order they arrived."""
         if self.db.fast:
-            return _approvals_of(
+            return approvals_of(
                 fastpath.select_in(
                     conn, "SELECT request_id, record FROM decisions", "request_id",
                     list(request_ids),
                     "AND accepted = 1 AND verdict = 'approve' ORDER BY received_at",
                 )
             )  # fmt: skip
-        return _approvals_of(
+        return approvals_of(
             (r.request_id, r.record) for r in conn.execute(_APPROVALS, {"ids": list(request_ids)})
         )
 
@@ -450,7 +483,16 @@ def _step_row(write: StepWrite, now: datetime) -> StepRow:
     )
 
 
-def _approvals_of(rows: Any) -> dict[str, tuple[ApprovalRecord, ...]]:
+def held_requests(
+    rows: Sequence[Any], approvals: dict[str, tuple[ApprovalRecord, ...]]
+) -> dict[str, tuple[HeldRequest, int]]:
+    """Request rows (with attributes named as the columns) as held requests with their
+    versions, each with its approvals (`approvals_of`)."""
+    return {r.request_id: (_held(r, approvals.get(r.request_id, ())), int(r.version)) for r in rows}
+
+
+def approvals_of(rows: Any) -> dict[str, tuple[ApprovalRecord, ...]]:
+    """(request id, approval record JSON) pairs, in arrival order, by request."""
     out: dict[str, list[ApprovalRecord]] = {}
     for request_id, record in rows:
         out.setdefault(request_id, []).append(ApprovalRecord.model_validate_json(record))
