@@ -23,7 +23,7 @@ from tests.store.test_repo import record
 from tests.store.test_steps import KINDS, NOW, step
 from workflow.effects import StepWrite
 from workflow.outcomes import RequestState
-from workflow.store.pgpath import HEAD_MOVED_SENTENCE, DirectFailed
+from workflow.store.pgpath import HEAD_MOVED_SENTENCE, DirectFailed, Positional
 from workflow.store.repo import Store
 from workflow.store.requests import ConcurrentUpdate
 from workflow.store.tables import AUDIT, PROPOSALS, REQUESTS
@@ -68,11 +68,11 @@ def observed(
     direct: Callable[[str, BaseException | None], None],
 ) -> Iterator[None]:
     """`listener` on the engine's event `name`, and `direct` on the statements run outside
-    SQLAlchemy (`PgDirect`: the writes' and the reads'), meanwhile."""
+    SQLAlchemy (`PgDirect`: the intake's and the collector's), meanwhile."""
     engine = store.db.engine.sync_engine
     assert store.db.pg_direct is not None
-    assert store.db.pg_reader is not None
-    lists = [store.db.pg_direct.observers, store.db.pg_reader.observers]
+    assert store.db.pg_collector is not None
+    lists = [store.db.pg_direct.observers, store.db.pg_collector.observers]
     event.listen(engine, name, listener)
     for observers in lists:
         observers.append(direct)
@@ -280,8 +280,8 @@ async def test_a_batch_of_decisions_reads_in_one_statement(pg_store: Store) -> N
         assert sorted(reads.requests) == sorted(ids[:size])
         assert len(reads.parts) == size
         assert reads.nonces == {}
-    # The server ends the reads' connection: the next read fails (the collector retries its
-    # batch) or opens another at once; the one after reads on a connection of its own again.
+    # The server ends the collector's connection: the next read fails (the collector retries
+    # its batch) or opens another at once; the one after reads on a connection of its own again.
     async with pg_store.db.engine.connect() as conn:
         ended = await conn.execute(
             text(
@@ -535,5 +535,26 @@ async def test_the_direct_connection_takes_the_urls_options(postgres_url: str) -
             assert result.new == {f"uncached-{n}"}
             assert len(sent) == (2 if n == 0 else 1), sent
         assert (await store.audit.verify()).ok
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("cached", [True, False])
+async def test_the_collectors_statements_are_planned_for_their_arguments(
+    postgres_url: str, cached: bool
+) -> None:
+    """The collector's connection plans each statement anew (a generic plan made while the
+    tables were nearly empty was kept as they grew); the intake's keeps PostgreSQL's choice.
+    Behind a pooler in transaction mode (no statement cached) nothing is set: every statement
+    is planned anew there anyway, and a session setting would outlive the transaction."""
+    url = postgres_url if cached else f"{postgres_url}?prepared_statement_cache_size=0"
+    store = await Store.open(url)
+    try:
+        show = Positional("SHOW plan_cache_mode", ())
+        assert store.db.pg_collector is not None
+        assert store.db.pg_direct is not None
+        collector = (await store.db.pg_collector.fetch(show))[0]
+        assert collector == ("force_custom_plan" if cached else "auto")
+        assert (await store.db.pg_direct.fetch(show))[0] == "auto"
     finally:
         await store.close()

@@ -211,11 +211,15 @@ class Database:
         self.pg_inserts = PgInserts() if self.dialect == "postgresql" else None
         #: PostgreSQL: the first statement of the intake's and the collector's transactions.
         self.pg_statements = PgStatements() if self.dialect == "postgresql" else None
-        #: PostgreSQL: the connection `transact_at_head` runs its statements on.
+        #: PostgreSQL: the connection the intake's one statement runs on
+        #: (`transact_at_head`).
         self.pg_direct = PgDirect(engine) if self.dialect == "postgresql" else None
-        #: PostgreSQL: the connection of the collector's reads of a batch (see
-        #: `Store.decision_reads`), another one (they do not wait for a write under way).
-        self.pg_reader = PgDirect(engine) if self.dialect == "postgresql" else None
+        #: PostgreSQL: the connection of the collector's reads of a batch
+        #: (`Store.decision_reads`) and its steps' one statement, its statements planned for
+        #: their arguments every run (see `PgDirect`).
+        self.pg_collector = (
+            PgDirect(engine, plan_each_run=True) if self.dialect == "postgresql" else None
+        )
         #: PostgreSQL: the engine's pool without a transaction around each statement (see
         #: `read`).
         self._reader = (
@@ -258,7 +262,7 @@ class Database:
         if self._writer_conn is not None:
             self._writer_conn.close()
             self._writer_conn = None
-        for direct in (self.pg_direct, self.pg_reader):
+        for direct in (self.pg_direct, self.pg_collector):
             if direct is not None:
                 await direct.aclose()
         for sync in (self._sync_writer, self._background_writer):
@@ -344,17 +348,23 @@ class Database:
         self._appended = head
 
     async def transact_at_head(
-        self, body: Callable[[Head], tuple[Positional, Head]], *, urgent: bool = False
+        self,
+        body: Callable[[Head], tuple[Positional, Head]],
+        *,
+        urgent: bool = False,
+        on: PgDirect | None = None,
     ) -> bool:
         """PostgreSQL: run one statement committed on its own (one round trip, no BEGIN and no
-        COMMIT of their own, on `PgDirect`'s connection) after the audit head this process's
+        COMMIT of their own, on `PgDirect`'s connection: `on`, else the intake's
+        `pg_direct`) after the audit head this process's
         last transaction left, when one is known: `body` chains its records after that head
         and returns the statement and the new head (`PgInserts.at`). False when it wrote
         nothing — no head known, or `HeadMoved` (another process or replica appended to that
         chain meanwhile, or a row was stored already): the caller then runs its transaction
         as before (`transact`), which locks a free head, preferring another chain than the one
         that moved. `urgent`: as `transact`'s."""
-        assert self.pg_direct is not None, "PostgreSQL only"
+        direct = on or self.pg_direct
+        assert direct is not None, "PostgreSQL only"
         async with self.gate.hold(urgent=urgent):
             head = self.pg_head
             if head is None:
@@ -362,7 +372,7 @@ class Database:
             self.pg_head = None
             statement, moved = body(head)
             try:
-                await self.pg_direct.execute(statement, head.chain)
+                await direct.execute(statement, head.chain)
             except HeadMoved:
                 self.pg_prefer = head.chain % PG_CHAINS + 1
                 return False

@@ -97,9 +97,9 @@ class Store:
     ) -> DecisionReads:
         """The requests, recorded nonces, stored proposals and freezes a batch of decisions
         needs, in one read (a decision's fixed cost is mostly its statements): on PostgreSQL
-        one statement on a connection of the process's own without SQLAlchemy (`PgDirect`,
+        one statement on the collector's connection without SQLAlchemy (`PgDirect`,
         `DECISION_READS`), on SQLite through the DB-API."""
-        reader = self.db.pg_reader
+        reader = self.db.pg_collector
         if reader is not None:
             row = await reader.fetch(Positional(DECISION_READS, (list(request_ids), list(nonces))))
             requests, approvals, found, parts, freezes = row

@@ -243,7 +243,7 @@ class Requests:
             self.db.pg_inserts is not None
             and any(w.audit for w, _ in steps)
             and await self.db.transact_at_head(
-                lambda head: self._steps_at(head, steps), urgent=True
+                lambda head: self._steps_at(head, steps), urgent=True, on=self.db.pg_collector
             )
         ):
             return [True] * len(steps)
