@@ -304,6 +304,38 @@ async def test_a_freeze_another_replica_wrote_holds_the_next_batch_of_an_intake_
         assert "freeze.held" in await h.audit_kinds()
 
 
+async def test_a_grant_use_claimed_before_a_freeze_held_the_call_is_given_back(
+    nats_url: str, tmp_path: Path, database_url: str
+) -> None:
+    """A batch decided on the freezes its intake last read (none) claims a grant's last use
+    for a call; its commit finds a freeze in force (written straight into the store, as
+    another replica's API would), and the batch decided again holds the call. The use is
+    given back: the grant releases the next call like it once the freeze is lifted."""
+    async with replicas(nats_url, tmp_path, database_url) as (h,):
+        ctx = h.service.ctx
+        assert ctx is not None
+        _, made = await approved_with_grant(h, "make lint", max_uses=1)
+        terms = FreezeTerms("fz_agent", "agent-1", None, True, "incident", "alice", ctx.now())
+        await ctx.store.grants.freeze(terms, [], ctx.now())
+        frozen = await propose(
+            h.nc, h.subjects, tool="run_shell", arguments={"command": "make lint"}
+        )
+        assert await outcome(h, frozen) == "held"
+        (listed,) = await approver(h).grants(every=True)
+        assert (listed.grant_id, listed.uses, listed.status) == (made.grant_id, 0, "active")
+        await ctx.store.grants.thaw("agent-1", None, "alice", [], ctx.now())
+        after = await propose(
+            h.nc, h.subjects, tool="run_shell", arguments={"command": "make lint"}
+        )
+        (released,) = await h.observer.wait_for("released", after)
+        assert made.grant_id in released["verdict"]["reason"]
+        (listed,) = await approver(h).grants(every=True)
+        assert (listed.uses, listed.status) == (1, "used_up")
+        kinds = await h.audit_kinds()
+        assert kinds.count("grant.used") == 1
+        assert "freeze.held" in kinds
+
+
 async def held_items(h: Harness, count: int, **propose_args: Any) -> list[InboxItem]:
     pids = [
         await propose(

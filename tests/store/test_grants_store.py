@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from tests.policy.test_backtest import _history
+from tests.store.test_repo import record
 from workflow.store.repo import Store
 
 NOW = datetime.now(UTC)
@@ -53,5 +54,28 @@ async def test_a_redelivered_proposal_reuses_its_use_and_a_decided_one_takes_non
         assert info.uses == 1
         assert await store.grants.revoke("gr_1", "alice", [], NOW)
         assert not await store.grants.claim("gr_1", "p-later", NOW)
+    finally:
+        await store.close()
+
+
+async def test_a_use_is_given_back_only_for_a_call_stored_as_not_released(
+    database_url: str,
+) -> None:
+    store = await Store.open(database_url)
+    try:
+        assert await store.grants.issue(grant_row(max_uses=5), [], NOW)
+        for pid in ("held", "read", "absent"):
+            assert await store.grants.claim("gr_1", pid, NOW)
+        # Stored: "held" held for approval (a freeze held it), "read" released.
+        await store.proposals.record([record("held"), record("read", "read_file")], NOW)
+        claims = [("held", "gr_1"), ("read", "gr_1"), ("absent", "gr_1"), ("held", "gr_2")]
+        assert await store.grants.give_back(claims) == 1
+        (info,) = await store.grants.listed(NOW)
+        assert info.uses == 2  # "read" may be what it released; "absent" is not decided yet
+        assert await store.grants.give_back(claims) == 0  # given back once
+        assert not await store.grants.claim("gr_1", "held", NOW)  # stored without a grant
+        assert await store.grants.claim("gr_1", "absent", NOW)  # still its own use
+        (info,) = await store.grants.listed(NOW)
+        assert info.uses == 2
     finally:
         await store.close()

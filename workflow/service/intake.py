@@ -218,12 +218,18 @@ class Intake:
 
         The batch is decided on the freezes last known (`reading`'s when they are read for
         it); when the commit finds others in force it writes nothing, and the batch is
-        decided again on those (when they change twice in a row, it is retried later)."""
+        decided again on those (when they change twice in a row, it is retried later). A grant
+        use claimed for a call the batch decided again holds (the freeze met at the commit) is
+        given back once the call is stored held."""
         again = False
+        claims: dict[str, str] = {}
         while True:
+            claimed: dict[str, str] = {}
             try:
                 freezes = await self._freezes_now(reading)
-                evaluated = await self._controls([(*item, []) for item in decided], now, freezes)
+                evaluated = await self._controls(
+                    [(*item, []) for item in decided], now, freezes, claimed
+                )
             except Exception as exc:
                 # Freezes and grants unknown: nothing may be decided without them.
                 log.warning("intake: reading freezes and grants failed (%s); will retry", exc)
@@ -246,13 +252,29 @@ class Intake:
                     good, events = await self._commit(good, bad, invalid, now, freezes)
                 except FreezesChanged as exc:
                     self._freezes, reading = None, None
+                    claims.update(claimed)
                     if not again:
                         log.info("intake: %s; deciding the batch again", exc)
                         again = True
                         continue
                     await self._retry(good, str(exc))
                     good, events = [], []
+                unused = [(p, g) for p, g in claims.items() if claimed.get(p) != g]
+                if unused and good:  # before the calls' events: none is seen with its use
+                    await self._give_back(unused)
                 return good, events, await self._send(events)
+
+    async def _give_back(self, claims: list[tuple[str, str]]) -> None:
+        """Give back grant uses the batch claimed and did not use (see `Grants.give_back`:
+        only for calls stored as not released). A failure keeps them counted: the grant then
+        releases one call fewer, never one more."""
+        try:
+            given = await self.ctx.store.grants.give_back(claims)
+        except Exception as exc:
+            log.warning("intake: giving back %d grant use(s) failed (%s)", len(claims), exc)
+            return
+        if given:
+            log.info("intake: gave back %d grant use(s) claimed for calls a freeze held", given)
 
     def _remember_held(
         self,
@@ -292,10 +314,15 @@ class Intake:
         await self.settle.unprocessable(msg, error)
 
     async def _controls(
-        self, items: list[Evaluated], now: datetime, freezes: list[FreezeTerms]
+        self,
+        items: list[Evaluated],
+        now: datetime,
+        freezes: list[FreezeTerms],
+        claimed: dict[str, str],
     ) -> list[Evaluated]:
         """The freezes (those the batch is decided on) and grants in force, applied to the
-        batch's verdicts.
+        batch's verdicts; each grant use claimed is added to `claimed` (proposal id → grant
+        id).
 
         A freeze holds every consequential call in its scope, whatever its verdict would
         release (`policy.freeze`); otherwise a grant may release a call held for one approval
@@ -330,6 +357,7 @@ class Intake:
                 if found is None:
                     break
                 if await store.claim(found.grant.grant_id, proposal.id, now):
+                    claimed[proposal.id] = found.grant.grant_id
                     verdict = found.verdict
                     audit.append(_grant_used(proposal, found.grant))
                     break

@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, or_, select, update
 
 from workflow.controls import FreezeInfo, GrantInfo, GrantScope
 from workflow.effects import AuditEntry, OutboxEvent
+from workflow.messages import Decision
 from workflow.policy.freeze import FreezeTerms
 from workflow.policy.grants import GrantTerms
 from workflow.store import fastpath
@@ -161,6 +162,40 @@ class Grants:
                 GRANT_USES.insert().values(proposal_id=proposal_id, grant_id=grant_id, at=now)
             )
             return True
+
+        return await self.db.transact(body)
+
+    async def give_back(self, claims: Sequence[tuple[str, str]]) -> int:
+        """Undo the uses claimed (`claim`) for these (proposal id, grant id) pairs whose
+        proposal is stored as a call the grant did not release (held or denied: a freeze
+        met at the commit held it); how many were given back. A pair whose proposal is not
+        stored, or was released, keeps its use (it may be what released it)."""
+        if not claims:
+            return 0
+
+        def body(conn: Connection) -> int:
+            given = 0
+            for proposal_id, grant_id in claims:
+                stored = conn.execute(
+                    select(PROPOSALS.c.decision).where(PROPOSALS.c.id == proposal_id)
+                ).first()
+                if stored is None or stored.decision == Decision.ALLOW.value:
+                    continue
+                gone = conn.execute(
+                    delete(GRANT_USES).where(
+                        GRANT_USES.c.proposal_id == proposal_id,
+                        GRANT_USES.c.grant_id == grant_id,
+                    )
+                )
+                if gone.rowcount != 1:
+                    continue
+                conn.execute(
+                    update(GRANTS)
+                    .where(GRANTS.c.grant_id == grant_id, GRANTS.c.uses > 0)
+                    .values(uses=GRANTS.c.uses - 1)
+                )
+                given += 1
+            return given
 
         return await self.db.transact(body)
 
