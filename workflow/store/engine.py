@@ -179,7 +179,8 @@ class Database:
     same file (no event-loop round trip per statement), serialised by `SqliteWriteLock`; reads
     run on that connection too; the hot inserts go through `workflow.store.fastpath`.
     PostgreSQL: both through `run_sync` on asyncpg, with Core statements built once, but the
-    intake's one-statement batches, which run on asyncpg directly (`transact_at_head`).
+    intake's and the collector's one-statement batches, which run on asyncpg directly
+    (`transact_at_head`), and the collector's reads of a batch (`Store.decision_reads`).
     """
 
     def __init__(self, engine: AsyncEngine):

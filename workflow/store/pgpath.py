@@ -14,8 +14,10 @@ the transaction. The statements are built once per table set and column set (`te
 prepared by asyncpg and cached per connection). SQLite keeps `workflow.store.fastpath`.
 
 Once a process knows where its last commit left its audit chain's head, an intake batch is
-one statement committed on its own (`PgInserts.at`), run on a connection of its own without
-SQLAlchemy (`PgDirect`).
+one statement committed on its own (`PgInserts.at`), and so is a batch of approval steps
+(`PgInserts.steps_at`), each run on a connection of its own without SQLAlchemy (`PgDirect`);
+the collector's reads of a batch are one statement on the collector's (`DECISION_READS` in
+`workflow.store.repo`).
 """
 
 from __future__ import annotations
