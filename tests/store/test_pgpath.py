@@ -23,7 +23,7 @@ from tests.store.test_repo import record
 from tests.store.test_steps import KINDS, NOW, step
 from workflow.effects import StepWrite
 from workflow.outcomes import RequestState
-from workflow.store.pgpath import HEAD_MOVED_SENTENCE, DirectFailed, Positional
+from workflow.store.pgpath import HEAD_MOVED_SENTENCE, DirectFailed, PgDirect, Positional
 from workflow.store.repo import Store
 from workflow.store.requests import ConcurrentUpdate
 from workflow.store.tables import AUDIT, PROPOSALS, REQUESTS
@@ -556,5 +556,33 @@ async def test_the_collectors_statements_are_planned_for_their_arguments(
         collector = (await store.db.pg_collector.fetch(show))[0]
         assert collector == ("force_custom_plan" if cached else "auto")
         assert (await store.db.pg_direct.fetch(show))[0] == "auto"
+    finally:
+        await store.close()
+
+
+async def test_a_server_refusing_the_plan_setting_leaves_the_plans_to_postgresql(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server without `plan_cache_mode` (before PostgreSQL 12) refuses the session setting:
+    the collector reads and applies its steps all the same, its plans PostgreSQL's choice."""
+    monkeypatch.setattr(PgDirect, "PLAN_EACH_RUN", "SET plan_cache_mode = no_such_mode")
+    store = await Store.open(postgres_url)
+    try:
+        await store.proposals.record([record("refused-0")], NOW)
+        loaded = await store.requests.load_for_proposal("refused-0")
+        assert loaded is not None
+        held, version = loaded
+        write = step("approved", held.request_id, "refused-0", version, 0)
+        assert write.decision is not None
+        reads = await store.decision_reads([held.request_id], [write.decision.nonce])
+        assert set(reads.requests) == {held.request_id}
+        with statements(store) as sent:
+            assert await store.requests.commit_steps([(write, NOW)]) == [True]
+        assert len(sent) == 1, sent
+        assert store.db.pg_collector is not None
+        show = Positional("SHOW plan_cache_mode", ())
+        assert (await store.db.pg_collector.fetch(show))[0] == "auto"
+        assert "PostgreSQL refused" in caplog.text
+        assert (await store.audit.verify()).ok
     finally:
         await store.close()

@@ -23,6 +23,7 @@ the collector's reads of a batch are one statement on the collector's (`DECISION
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from enum import Enum
@@ -35,6 +36,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from workflow.effects import DecisionRecord
 from workflow.store import schema
+
+log = logging.getLogger("headgate.store")
 
 _DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
 _ASYNCPG = asyncpg_dialect()  # type: ignore[no-untyped-call]
@@ -316,9 +319,15 @@ class PgDirect:
     core; planned each run, 0.03 and 0.08 core. The intake's statement reads no table but by
     its keys, and planning it each run cost its server process 0.25 core against 0.15.
 
+    A server that refuses the setting (before PostgreSQL 12 there is none) leaves the plans
+    to PostgreSQL, with a warning.
+
     `observers`: called with each statement's text once it has run, and what it raised
     (None when it succeeded); the store's tests count the round trips with them.
     """
+
+    #: How `plan_each_run` is asked of the session.
+    PLAN_EACH_RUN = "SET plan_cache_mode = force_custom_plan"
 
     def __init__(self, engine: AsyncEngine, *, plan_each_run: bool = False):
         args, kwargs = engine.dialect.create_connect_args(engine.url)
@@ -354,7 +363,17 @@ class PgDirect:
                 conn = await asyncpg.connect(*self._args, **self._kwargs)
                 if self._custom_plans:
                     try:
-                        await conn.execute("SET plan_cache_mode = force_custom_plan")
+                        await conn.execute(self.PLAN_EACH_RUN)
+                    except asyncpg.PostgresError as exc:
+                        # A server before PostgreSQL 12 has no such setting: its plans are
+                        # PostgreSQL's choice, as on the intake's connection.
+                        self._custom_plans = False
+                        log.warning(
+                            "PostgreSQL refused %r (%s): the collector's statements keep "
+                            "PostgreSQL's choice of plan",
+                            self.PLAN_EACH_RUN,
+                            exc,
+                        )
                     except BaseException:
                         conn.terminate()
                         raise
