@@ -34,6 +34,15 @@ _FREEZES_SQL = (
 )
 
 
+def freezes_of(rows: Any) -> list[FreezeTerms]:
+    """Freeze rows read as `_FREEZES_SQL`'s columns (on SQLite through the DB-API, its time
+    text read as UTC)."""
+    return [
+        FreezeTerms(i, agent, ws, bool(every), reason, by, _utc(at))
+        for i, agent, ws, every, reason, by, at in rows
+    ]
+
+
 def _utc(value: Any) -> datetime:
     found = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
     return found.replace(tzinfo=UTC) if found.tzinfo is None else found
@@ -250,15 +259,8 @@ class Grants:
         """`freezes` inside the caller's read."""
         if self.db.fast:
             # SQLite: straight through the DB-API (every batch reads this; usually nothing).
-            rows = fastpath.dbapi(conn).execute(_FREEZES_SQL).fetchall()
-            return [
-                FreezeTerms(i, agent, ws, bool(every), reason, by, _utc(at))
-                for i, agent, ws, every, reason, by, at in rows
-            ]
-        return [
-            FreezeTerms(r.freeze_id, r.agent, r.workspace, bool(r.all_calls), r.reason, r.by, r.at)
-            for r in conn.execute(_FREEZES)
-        ]
+            return freezes_of(fastpath.dbapi(conn).execute(_FREEZES_SQL).fetchall())
+        return freezes_of(conn.execute(_FREEZES))
 
     async def freeze(
         self, terms: FreezeTerms, audit: Sequence[AuditEntry], now: datetime,

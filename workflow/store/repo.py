@@ -27,7 +27,7 @@ from workflow.store.audit import AuditLog
 from workflow.store.engine import Database
 from workflow.store.escalations import Escalations
 from workflow.store.executions import Executions
-from workflow.store.grants import Grants
+from workflow.store.grants import Grants, freezes_of
 from workflow.store.outbox import Outbox
 from workflow.store.passkeys import Passkeys
 from workflow.store.pgpath import Positional
@@ -109,10 +109,7 @@ class Store:
                 ),
                 nonces={nonce: RecordedNonce(signature, seq) for nonce, signature, seq in found},
                 parts=stored_intakes(parts, received=lambda at: at),
-                freezes=[
-                    FreezeTerms(i, agent, ws, bool(every), reason, by, at)
-                    for i, agent, ws, every, reason, by, at in freezes
-                ],
+                freezes=freezes_of(freezes),
             )
 
         def body(conn: Connection) -> DecisionReads:

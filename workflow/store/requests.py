@@ -239,10 +239,8 @@ class Requests:
         sorts the steps out."""
         if not steps:
             return []
-        if (
-            self.db.pg_inserts is not None
-            and any(w.audit for w, _ in steps)
-            and await self.db.transact_at_head(
+        if self.db.pg_inserts is not None and (
+            await self.db.transact_at_head(
                 lambda head: self._steps_at(head, steps), urgent=True, on=self.db.pg_collector
             )
         ):
@@ -258,11 +256,7 @@ class Requests:
         assert pg is not None
         latest = max(now for _, now in steps)
         audit, moved = self.audit.chained([a for w, _ in steps for a in w.audit], latest, head)
-        inserts = [
-            Insert(OUTCOMES, [w.outcome for w, _ in steps if w.outcome is not None]),
-            Insert(OUTBOX, records([e for w, _ in steps for e in w.events], latest), IGNORE),
-            Insert(AUDIT, audit),
-        ]
+        inserts = [*_kept_rows(steps, latest), Insert(AUDIT, audit)]
         decisions = [w.decision for w, _ in steps if w.decision is not None]
         rows = [_step_row(write, now) for write, now in steps]
         return pg.steps_at(decisions, rows, inserts, head, moved), moved
@@ -304,13 +298,10 @@ class Requests:
     ) -> None:
         """The outcomes, events and audit records of the steps that count."""
         latest = max(now for _, now in kept)
-        rows = [
-            Insert(OUTCOMES, [w.outcome for w, _ in kept if w.outcome is not None]),
-            Insert(OUTBOX, records([e for w, _ in kept for e in w.events], latest), IGNORE),
-        ]
         self.audit.append_in(
-            conn, [a for w, _ in kept for a in w.audit], latest, also=rows, head=head
-        )
+            conn, [a for w, _ in kept for a in w.audit], latest, also=_kept_rows(kept, latest),
+            head=head,
+        )  # fmt: skip
 
     def _commit_steps_pg(
         self, conn: Connection, steps: Sequence[tuple[StepWrite, datetime]]
@@ -464,6 +455,15 @@ class Requests:
                 .where(REQUESTS.c.state == RequestState.PENDING)
             )
             return int(got.scalar_one())
+
+
+def _kept_rows(kept: Sequence[tuple[StepWrite, datetime]], latest: datetime) -> list[Insert]:
+    """The outcomes and outbox events of the steps that count (the events at the batch's
+    latest moment)."""
+    return [
+        Insert(OUTCOMES, [w.outcome for w, _ in kept if w.outcome is not None]),
+        Insert(OUTBOX, records([e for w, _ in kept for e in w.events], latest), IGNORE),
+    ]
 
 
 def _step_row(write: StepWrite, now: datetime) -> StepRow:
