@@ -53,7 +53,7 @@ agents = ["agent-1"]
 
 @asynccontextmanager
 async def replicas(
-    nats_url: str, tmp_path: Path, database_url: str | None, count: int = 1
+    nats_url: str, tmp_path: Path, database_url: str | None, count: int = 1, **settings: Any
 ) -> AsyncIterator[list[Harness]]:
     """`count` service replicas sharing one prefix, one database and one service key."""
     policy = tmp_path / "policy.toml"
@@ -71,6 +71,7 @@ async def replicas(
                     policy_path=policy,
                     database_url=database_url,
                     service_seed=seed,
+                    **settings,
                 )
             )
             for i in range(count)
@@ -334,6 +335,53 @@ async def test_a_grant_use_claimed_before_a_freeze_held_the_call_is_given_back(
         kinds = await h.audit_kinds()
         assert kinds.count("grant.used") == 1
         assert "freeze.held" in kinds
+
+
+async def test_a_grant_use_an_earlier_delivery_claimed_is_given_back_when_a_freeze_holds_it(
+    nats_url: str, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The freezes change twice while one batch is decided: the first decision claims a
+    grant's last use, its commit meets a freeze, the batch decided again on it meets a second
+    one (written, as another replica's API would, just after the intake read the first), and
+    the batch is retried with nothing stored. The redelivered call is held by the freezes;
+    the use its first delivery claimed is given back, and once thawed the grant releases the
+    next call like it."""
+    async with replicas(nats_url, tmp_path, database_url, retry_base_delay=0.1) as (h,):
+        ctx = h.service.ctx
+        assert ctx is not None
+        store = ctx.store.grants
+        _, made = await approved_with_grant(h, "make lint", max_uses=1)
+        first = FreezeTerms("fz_agent", "agent-1", None, True, "incident", "alice", ctx.now())
+        second = FreezeTerms("fz_ws", None, "default", True, "incident", "alice", ctx.now())
+        await store.freeze(first, [], ctx.now())
+        read_freezes = store.freezes
+        reads = 0
+
+        async def freezes_then_another() -> list[FreezeTerms]:
+            nonlocal reads
+            reads += 1
+            known = await read_freezes()
+            if reads == 1:  # the batch decided again: another freeze lands before its commit
+                await store.freeze(second, [], ctx.now())
+            return known
+
+        monkeypatch.setattr(store, "freezes", freezes_then_another)
+        frozen = await propose(
+            h.nc, h.subjects, tool="run_shell", arguments={"command": "make lint"}
+        )
+        assert await outcome(h, frozen) == "held"
+        assert reads >= 2  # decided again once, then redelivered and decided on both
+        (listed,) = await approver(h).grants(every=True)
+        assert (listed.grant_id, listed.uses, listed.status) == (made.grant_id, 0, "active")
+        await store.thaw("agent-1", None, "alice", [], ctx.now())
+        await store.thaw(None, "default", "alice", [], ctx.now())
+        after = await propose(
+            h.nc, h.subjects, tool="run_shell", arguments={"command": "make lint"}
+        )
+        (released,) = await h.observer.wait_for("released", after)
+        assert made.grant_id in released["verdict"]["reason"]
+        (listed,) = await approver(h).grants(every=True)
+        assert (listed.uses, listed.status) == (1, "used_up")
 
 
 async def held_items(h: Harness, count: int, **propose_args: Any) -> list[InboxItem]:

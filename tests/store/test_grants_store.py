@@ -79,3 +79,23 @@ async def test_a_use_is_given_back_only_for_a_call_stored_as_not_released(
         assert info.uses == 2
     finally:
         await store.close()
+
+
+async def test_a_use_is_given_back_without_its_grant_named_only_for_a_held_call(
+    database_url: str,
+) -> None:
+    """No grant id: the use the proposal's earlier delivery claimed, whichever grant it was."""
+    store = await Store.open(database_url)
+    try:
+        assert await store.grants.issue(grant_row(max_uses=5), [], NOW)
+        assert await store.grants.issue(grant_row(grant_id="gr_2", max_uses=5), [], NOW)
+        assert await store.grants.claim("gr_2", "held", NOW)
+        assert await store.grants.claim("gr_1", "read", NOW)
+        await store.proposals.record([record("held"), record("read", "read_file")], NOW)
+        claims: list[tuple[str, str | None]] = [("held", None), ("read", None), ("absent", None)]
+        assert await store.grants.give_back(claims) == 1
+        uses = {info.grant_id: info.uses for info in await store.grants.listed(NOW)}
+        assert uses == {"gr_1": 1, "gr_2": 0}
+        assert await store.grants.give_back(claims) == 0
+    finally:
+        await store.close()

@@ -220,7 +220,8 @@ class Intake:
         it); when the commit finds others in force it writes nothing, and the batch is
         decided again on those (when they change twice in a row, it is retried later). A grant
         use claimed for a call the batch decided again holds (the freeze met at the commit) is
-        given back once the call is stored held."""
+        given back once the call is stored held, and so is one an earlier delivery of a call a
+        freeze now holds may have claimed (`_frozen_again`)."""
         again = False
         claims: dict[str, str] = {}
         while True:
@@ -259,12 +260,16 @@ class Intake:
                         continue
                     await self._retry(good, str(exc))
                     good, events = [], []
-                unused = [(p, g) for p, g in claims.items() if claimed.get(p) != g]
+                unused: list[tuple[str, str | None]] = [
+                    (p, g) for p, g in claims.items() if claimed.get(p) != g
+                ]
+                if freezes:
+                    unused += _frozen_again(evaluated, claims)
                 if unused and good:  # before the calls' events: none is seen with its use
                     await self._give_back(unused)
                 return good, events, await self._send(events)
 
-    async def _give_back(self, claims: list[tuple[str, str]]) -> None:
+    async def _give_back(self, claims: list[tuple[str, str | None]]) -> None:
         """Give back grant uses the batch claimed and did not use (see `Grants.give_back`:
         only for calls stored as not released). A failure keeps them counted: the grant then
         releases one call fewer, never one more."""
@@ -585,6 +590,20 @@ def _key(msg: Msg) -> str:
         return f"{msg.metadata.stream}:{msg.metadata.sequence.stream}"
     except Exception:  # not a JetStream message
         return hashlib.sha256(msg.data).hexdigest()[:24]
+
+
+def _frozen_again(evaluated: list[Evaluated], claims: dict[str, str]) -> list[tuple[str, None]]:
+    """Calls a freeze held that JetStream delivered before (a batch retried, a process gone
+    before its commit): an earlier delivery may have claimed a grant's use for the call and
+    stored nothing, and that use is given back once the call is stored held (`Grants.give_back`
+    with no grant id). Rare: only redelivered calls in a freeze's scope."""
+    return [
+        (proposal.id, None)
+        for msg, proposal, _, _, audit in evaluated
+        if proposal.id not in claims
+        and any(entry.kind == "freeze.held" for entry in audit)
+        and attempts(msg) > 1
+    ]
 
 
 def _grant_used(proposal: Proposal, grant: GrantTerms) -> AuditEntry:

@@ -174,11 +174,13 @@ class Grants:
 
         return await self.db.transact(body)
 
-    async def give_back(self, claims: Sequence[tuple[str, str]]) -> int:
+    async def give_back(self, claims: Sequence[tuple[str, str | None]]) -> int:
         """Undo the uses claimed (`claim`) for these (proposal id, grant id) pairs whose
         proposal is stored as a call the grant did not release (held or denied: a freeze
-        met at the commit held it); how many were given back. A pair whose proposal is not
-        stored, or was released, keeps its use (it may be what released it)."""
+        met at the commit held it); how many were given back. A grant id of None gives back
+        the proposal's use of whichever grant it claimed (an earlier delivery's claim). A pair
+        whose proposal is not stored, or was released, keeps its use (it may be what released
+        it)."""
         if not claims:
             return 0
 
@@ -190,17 +192,15 @@ class Grants:
                 ).first()
                 if stored is None or stored.decision == Decision.ALLOW.value:
                     continue
-                gone = conn.execute(
-                    delete(GRANT_USES).where(
-                        GRANT_USES.c.proposal_id == proposal_id,
-                        GRANT_USES.c.grant_id == grant_id,
-                    )
-                )
-                if gone.rowcount != 1:
+                use = conn.execute(
+                    select(GRANT_USES.c.grant_id).where(GRANT_USES.c.proposal_id == proposal_id)
+                ).first()
+                if use is None or (grant_id is not None and use.grant_id != grant_id):
                     continue
+                conn.execute(delete(GRANT_USES).where(GRANT_USES.c.proposal_id == proposal_id))
                 conn.execute(
                     update(GRANTS)
-                    .where(GRANTS.c.grant_id == grant_id, GRANTS.c.uses > 0)
+                    .where(GRANTS.c.grant_id == use.grant_id, GRANTS.c.uses > 0)
                     .values(uses=GRANTS.c.uses - 1)
                 )
                 given += 1
