@@ -46,6 +46,7 @@ async def test_metrics_count_proposals_decisions_and_outcomes(
         assert 'headgate_decisions_accepted_total{verdict="approve"} 1.0' in text
         assert "headgate_time_to_approval_seconds_count 1.0" in text
         assert 'headgate_stage_batch_seconds_count{stage="intake"}' in text
+        assert 'headgate_stage_message_age_seconds_count{stage="intake"}' in text
 
 
 async def test_readyz_reports_each_dependency_and_healthz_answers(

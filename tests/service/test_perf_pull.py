@@ -17,7 +17,8 @@ from nats.js.api import RetentionPolicy, StreamConfig
 from nats.js.errors import NotFoundError
 
 from workflow.service.embedded import EmbeddedNats
-from workflow.service.pull import attempts, stream_sequence
+from workflow.service.metrics import Metrics
+from workflow.service.pull import attempts, stored_at_ns, stream_sequence
 from workflow.service.stage import PullStage
 from workflow.service.streams import (
     PRIORITY_FIRST,
@@ -262,11 +263,13 @@ async def test_attempts_counts_deliveries_as_jetstream_does(nats_url: str) -> No
     js = nc.jetstream()
     seen: list[tuple[int, int]] = []
     sequences: list[tuple[int | None, int]] = []
+    stored: list[tuple[int | None, float]] = []
 
     async def handler(msgs: Sequence[Msg]) -> None:
         for m in msgs:
             seen.append((attempts(m), m.metadata.num_delivered))
             sequences.append((stream_sequence(m), m.metadata.sequence.stream))
+            stored.append((stored_at_ns(m), m.metadata.timestamp.timestamp()))
             await (m.nak() if attempts(m) < 3 else m.ack())
 
     stopping = asyncio.Event()
@@ -282,6 +285,8 @@ async def test_attempts_counts_deliveries_as_jetstream_does(nats_url: str) -> No
     # the same stream message each time, as the metadata says
     assert len({seq for seq, _ in sequences}) == 1
     assert all(seq == meta for seq, meta in sequences)
+    # when it was stored, in ns, as the metadata says (to its microseconds)
+    assert all(ns is not None and abs(ns / 1e9 - meta) < 1e-5 for ns, meta in stored)
 
 
 def test_attempts_and_stream_sequence_read_both_ack_subject_forms() -> None:
@@ -295,6 +300,35 @@ def test_attempts_and_stream_sequence_read_both_ack_subject_forms() -> None:
     assert stream_sequence(msg("$JS.ACK.S.c.4.10.9.1732940000000000000.0")) == 10
     assert stream_sequence(msg("$JS.ACK.dom.HASH.S.c.7.12.9.1732940000000000000.0.tok")) == 12
     assert stream_sequence(msg("_INBOX.abc")) is None
+    assert stored_at_ns(msg("$JS.ACK.S.c.4.10.9.1732940000000000000.0")) == 1732940000000000000
+    assert stored_at_ns(msg("$JS.ACK.dom.HASH.S.c.7.12.9.1732940000000000001.0.tok")) == (
+        1732940000000000001
+    )
+    assert stored_at_ns(msg("_INBOX.abc")) is None
+
+
+async def test_a_batch_s_wait_in_jetstream_is_measured_from_when_it_was_stored(
+    nats_url: str,
+) -> None:
+    """Messages stored while no stage runs wait until one starts: the age its first batch
+    records is at least that wait (`headgate_stage_message_age_seconds`)."""
+    nc, spec, subject = await setup(nats_url)
+    js = nc.jetstream()
+    for i in range(3):
+        await js.publish(f"{subject}.a", f"m{i}".encode())
+    await asyncio.sleep(0.3)
+    metrics, recorder = Metrics(), Recorder()
+    async with running(nc, PullStage(nc, js, spec, recorder, batch=8, metrics=metrics)):
+        await wait_for(lambda: len(recorder.seen) == 3)
+    count = metrics.registry.get_sample_value(
+        "headgate_stage_message_age_seconds_count", {"stage": "d"}
+    )
+    total = metrics.registry.get_sample_value(
+        "headgate_stage_message_age_seconds_sum", {"stage": "d"}
+    )
+    assert count == len(recorder.batches)
+    assert total is not None
+    assert total >= 0.3
 
 
 async def test_on_a_prioritized_consumer_the_overflow_gets_only_what_the_first_has_no_room_for(

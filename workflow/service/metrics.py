@@ -28,6 +28,8 @@ from workflow.errors import ConfigError
 log = logging.getLogger("headgate.metrics")
 
 _LATENCY = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+#: A message's wait before its stage: as batch latency, and the redelivery delays above it.
+_AGE = (*_LATENCY, 30, 60, 300)
 _APPROVAL = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 86400)
 
 
@@ -53,6 +55,15 @@ class Metrics:
             "Time to process one fetched batch (commit, publish, ack), by stage.",
             ["stage"],
             buckets=_LATENCY,
+            registry=r,
+        )
+        self.message_age = Histogram(
+            "headgate_stage_message_age_seconds",
+            "How long a batch's first message had been in JetStream when its stage took the "
+            "batch (the queueing before the stage; a redelivered message's includes the "
+            "redelivery delay), by stage.",
+            ["stage"],
+            buckets=_AGE,
             registry=r,
         )
         self.batch_size = Histogram(

@@ -48,6 +48,12 @@ def attempts(msg: Msg) -> int:
         return 1
 
 
+def stored_at_ns(msg: Msg) -> int | None:
+    """When JetStream stored `msg` (ns since the epoch, the server's clock); None when it is
+    not a JetStream message."""
+    return _ack_field(msg, 3)
+
+
 def stream_sequence(msg: Msg) -> int | None:
     """The message's sequence in its stream; None when it is not a JetStream message."""
     seq = _ack_field(msg, 1)

@@ -29,7 +29,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from workflow.service.metrics import Metrics
-from workflow.service.pull import Puller, PullFailed, attempts
+from workflow.service.pull import Puller, PullFailed, attempts, stored_at_ns
 from workflow.service.streams import (
     MAX_ATTEMPTS,
     PRIORITY_FIRST,
@@ -288,6 +288,8 @@ class PullStage:
 
     async def _handle(self, msgs: list[Msg]) -> None:
         started = time.perf_counter()
+        if self.metrics is not None:
+            self._observe_age(msgs[0])
         try:
             await self.handler(msgs)
         except Exception as exc:  # a message must not end the stage: retry the batch
@@ -295,6 +297,15 @@ class PullStage:
         self.processed += len(msgs)
         if self.metrics is not None:
             self._observe(msgs, time.perf_counter() - started)
+
+    def _observe_age(self, first: Msg) -> None:
+        """The batch's first message's wait in JetStream (one parse per batch; a clock behind
+        the server's counts as no wait)."""
+        assert self.metrics is not None
+        stored = stored_at_ns(first)
+        if stored is not None:
+            age = max(time.time_ns() - stored, 0) / 1e9
+            self.metrics.message_age.labels(self.spec.durable).observe(age)
 
     def _observe(self, msgs: Sequence[Msg], seconds: float) -> None:
         assert self.metrics is not None
