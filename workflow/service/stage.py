@@ -27,6 +27,7 @@ from typing import Any
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from prometheus_client import Histogram
 
 from workflow.service.metrics import Metrics
 from workflow.service.pull import Puller, PullFailed, attempts, stored_at_ns
@@ -225,6 +226,8 @@ class PullStage:
         self.poll = poll
         self.processed = 0
         self.metrics = metrics
+        # Labelled once: `labels()` costs a lookup and a lock per batch.
+        self._age = metrics.message_age.labels(spec.durable) if metrics is not None else None
         self.settle = settle or Settle(spec.durable, _no_dead_letters, metrics=metrics)
 
     async def run(self, stopping: asyncio.Event, beat: Callable[[], None] = lambda: None) -> None:
@@ -288,8 +291,8 @@ class PullStage:
 
     async def _handle(self, msgs: list[Msg]) -> None:
         started = time.perf_counter()
-        if self.metrics is not None:
-            self._observe_age(msgs[0])
+        if self._age is not None:
+            self._observe_age(self._age, msgs[0])
         try:
             await self.handler(msgs)
         except Exception as exc:  # a message must not end the stage: retry the batch
@@ -298,14 +301,13 @@ class PullStage:
         if self.metrics is not None:
             self._observe(msgs, time.perf_counter() - started)
 
-    def _observe_age(self, first: Msg) -> None:
+    @staticmethod
+    def _observe_age(age: Histogram, first: Msg) -> None:
         """The batch's first message's wait in JetStream (one parse per batch; a clock behind
         the server's counts as no wait)."""
-        assert self.metrics is not None
         stored = stored_at_ns(first)
         if stored is not None:
-            age = max(time.time_ns() - stored, 0) / 1e9
-            self.metrics.message_age.labels(self.spec.durable).observe(age)
+            age.observe(max(time.time_ns() - stored, 0) / 1e9)
 
     def _observe(self, msgs: Sequence[Msg], seconds: float) -> None:
         assert self.metrics is not None
