@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -305,6 +305,21 @@ async def test_a_freeze_another_replica_wrote_holds_the_next_batch_of_an_intake_
         assert "freeze.held" in await h.audit_kinds()
 
 
+async def given_back_then_used(
+    h: Harness, made: Any, thaw: Callable[[], Awaitable[object]]
+) -> None:
+    """The grant's use was given back: still active with none used; once `thaw` has lifted
+    the freezes, it releases the next call like it and is used up."""
+    (listed,) = await approver(h).grants(every=True)
+    assert (listed.grant_id, listed.uses, listed.status) == (made.grant_id, 0, "active")
+    await thaw()
+    after = await propose(h.nc, h.subjects, tool="run_shell", arguments={"command": "make lint"})
+    (released,) = await h.observer.wait_for("released", after)
+    assert made.grant_id in released["verdict"]["reason"]
+    (listed,) = await approver(h).grants(every=True)
+    assert (listed.uses, listed.status) == (1, "used_up")
+
+
 async def test_a_grant_use_claimed_before_a_freeze_held_the_call_is_given_back(
     nats_url: str, tmp_path: Path, database_url: str
 ) -> None:
@@ -322,16 +337,9 @@ async def test_a_grant_use_claimed_before_a_freeze_held_the_call_is_given_back(
             h.nc, h.subjects, tool="run_shell", arguments={"command": "make lint"}
         )
         assert await outcome(h, frozen) == "held"
-        (listed,) = await approver(h).grants(every=True)
-        assert (listed.grant_id, listed.uses, listed.status) == (made.grant_id, 0, "active")
-        await ctx.store.grants.thaw("agent-1", None, "alice", [], ctx.now())
-        after = await propose(
-            h.nc, h.subjects, tool="run_shell", arguments={"command": "make lint"}
+        await given_back_then_used(
+            h, made, lambda: ctx.store.grants.thaw("agent-1", None, "alice", [], ctx.now())
         )
-        (released,) = await h.observer.wait_for("released", after)
-        assert made.grant_id in released["verdict"]["reason"]
-        (listed,) = await approver(h).grants(every=True)
-        assert (listed.uses, listed.status) == (1, "used_up")
         kinds = await h.audit_kinds()
         assert kinds.count("grant.used") == 1
         assert "freeze.held" in kinds
@@ -371,17 +379,12 @@ async def test_a_grant_use_an_earlier_delivery_claimed_is_given_back_when_a_free
         )
         assert await outcome(h, frozen) == "held"
         assert reads >= 2  # decided again once, then redelivered and decided on both
-        (listed,) = await approver(h).grants(every=True)
-        assert (listed.grant_id, listed.uses, listed.status) == (made.grant_id, 0, "active")
-        await store.thaw("agent-1", None, "alice", [], ctx.now())
-        await store.thaw(None, "default", "alice", [], ctx.now())
-        after = await propose(
-            h.nc, h.subjects, tool="run_shell", arguments={"command": "make lint"}
-        )
-        (released,) = await h.observer.wait_for("released", after)
-        assert made.grant_id in released["verdict"]["reason"]
-        (listed,) = await approver(h).grants(every=True)
-        assert (listed.uses, listed.status) == (1, "used_up")
+
+        async def thaw_both() -> None:
+            await store.thaw("agent-1", None, "alice", [], ctx.now())
+            await store.thaw(None, "default", "alice", [], ctx.now())
+
+        await given_back_then_used(h, made, thaw_both)
 
 
 async def held_items(h: Harness, count: int, **propose_args: Any) -> list[InboxItem]:
