@@ -61,41 +61,25 @@ async def test_a_redelivered_proposal_reuses_its_use_and_a_decided_one_takes_non
 async def test_a_use_is_given_back_only_for_a_call_stored_as_not_released(
     database_url: str,
 ) -> None:
-    store = await Store.open(database_url)
-    try:
-        assert await store.grants.issue(grant_row(max_uses=5), [], NOW)
-        for pid in ("held", "read", "absent"):
-            assert await store.grants.claim("gr_1", pid, NOW)
-        # Stored: "held" held for approval (a freeze held it), "read" released.
-        await store.proposals.record([record("held"), record("read", "read_file")], NOW)
-        claims = [("held", "gr_1"), ("read", "gr_1"), ("absent", "gr_1"), ("held", "gr_2")]
-        assert await store.grants.give_back(claims) == 1
-        (info,) = await store.grants.listed(NOW)
-        assert info.uses == 2  # "read" may be what it released; "absent" is not decided yet
-        assert await store.grants.give_back(claims) == 0  # given back once
-        assert not await store.grants.claim("gr_1", "held", NOW)  # stored without a grant
-        assert await store.grants.claim("gr_1", "absent", NOW)  # still its own use
-        (info,) = await store.grants.listed(NOW)
-        assert info.uses == 2
-    finally:
-        await store.close()
-
-
-async def test_a_use_is_given_back_without_its_grant_named_only_for_a_held_call(
-    database_url: str,
-) -> None:
-    """No grant id: the use the proposal's earlier delivery claimed, whichever grant it was."""
+    """Whichever grant the use was claimed from: a proposal has one use at most."""
     store = await Store.open(database_url)
     try:
         assert await store.grants.issue(grant_row(max_uses=5), [], NOW)
         assert await store.grants.issue(grant_row(grant_id="gr_2", max_uses=5), [], NOW)
         assert await store.grants.claim("gr_2", "held", NOW)
-        assert await store.grants.claim("gr_1", "read", NOW)
+        for pid in ("read", "absent"):
+            assert await store.grants.claim("gr_1", pid, NOW)
+        # Stored: "held" held for approval (a freeze held it), "read" released.
         await store.proposals.record([record("held"), record("read", "read_file")], NOW)
-        claims: list[tuple[str, str | None]] = [("held", None), ("read", None), ("absent", None)]
-        assert await store.grants.give_back(claims) == 1
+        proposals = ["held", "read", "absent"]
+        assert await store.grants.give_back(proposals) == 1
         uses = {info.grant_id: info.uses for info in await store.grants.listed(NOW)}
-        assert uses == {"gr_1": 1, "gr_2": 0}
-        assert await store.grants.give_back(claims) == 0
+        # "read" may be what its grant released; "absent" is not decided yet
+        assert uses == {"gr_1": 2, "gr_2": 0}
+        assert await store.grants.give_back(proposals) == 0  # given back once
+        assert not await store.grants.claim("gr_2", "held", NOW)  # stored without a grant
+        assert await store.grants.claim("gr_1", "absent", NOW)  # still its own use
+        uses = {info.grant_id: info.uses for info in await store.grants.listed(NOW)}
+        assert uses == {"gr_1": 2, "gr_2": 0}
     finally:
         await store.close()

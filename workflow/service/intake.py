@@ -221,11 +221,10 @@ class Intake:
         decided again on those (when they change twice in a row, it is retried later). A grant
         use claimed for a call the batch decided again holds (the freeze met at the commit) is
         given back once the call is stored held, and so is one an earlier delivery of a call a
-        freeze now holds may have claimed (`_frozen_again`)."""
+        freeze now holds may have claimed (`_held_with_use`)."""
         again = False
-        claims: dict[str, str] = {}
+        claimed: set[str] = set()  # the calls any decision of this batch claimed a use for
         while True:
-            claimed: dict[str, str] = {}
             try:
                 freezes = await self._freezes_now(reading)
                 evaluated = await self._controls(
@@ -253,30 +252,25 @@ class Intake:
                     good, events = await self._commit(good, bad, invalid, now, freezes)
                 except FreezesChanged as exc:
                     self._freezes, reading = None, None
-                    claims.update(claimed)
                     if not again:
                         log.info("intake: %s; deciding the batch again", exc)
                         again = True
                         continue
                     await self._retry(good, str(exc))
                     good, events = [], []
-                unused: list[tuple[str, str | None]] = [
-                    (p, g) for p, g in claims.items() if claimed.get(p) != g
-                ]
-                if freezes:
-                    unused += _frozen_again(evaluated, claims)
+                unused = _held_with_use(evaluated, claimed) if freezes else []
                 if unused and good:  # before the calls' events: none is seen with its use
                     await self._give_back(unused)
                 return good, events, await self._send(events)
 
-    async def _give_back(self, claims: list[tuple[str, str | None]]) -> None:
-        """Give back grant uses the batch claimed and did not use (see `Grants.give_back`:
+    async def _give_back(self, proposal_ids: list[str]) -> None:
+        """Give back the grant uses claimed for calls a freeze held (see `Grants.give_back`:
         only for calls stored as not released). A failure keeps them counted: the grant then
         releases one call fewer, never one more."""
         try:
-            given = await self.ctx.store.grants.give_back(claims)
+            given = await self.ctx.store.grants.give_back(proposal_ids)
         except Exception as exc:
-            log.warning("intake: giving back %d grant use(s) failed (%s)", len(claims), exc)
+            log.warning("intake: giving back %d grant use(s) failed (%s)", len(proposal_ids), exc)
             return
         if given:
             log.info("intake: gave back %d grant use(s) claimed for calls a freeze held", given)
@@ -323,11 +317,10 @@ class Intake:
         items: list[Evaluated],
         now: datetime,
         freezes: list[FreezeTerms],
-        claimed: dict[str, str],
+        claimed: set[str],
     ) -> list[Evaluated]:
         """The freezes (those the batch is decided on) and grants in force, applied to the
-        batch's verdicts; each grant use claimed is added to `claimed` (proposal id → grant
-        id).
+        batch's verdicts; each call a grant use is claimed for is added to `claimed`.
 
         A freeze holds every consequential call in its scope, whatever its verdict would
         release (`policy.freeze`); otherwise a grant may release a call held for one approval
@@ -362,7 +355,7 @@ class Intake:
                 if found is None:
                     break
                 if await store.claim(found.grant.grant_id, proposal.id, now):
-                    claimed[proposal.id] = found.grant.grant_id
+                    claimed.add(proposal.id)
                     verdict = found.verdict
                     audit.append(_grant_used(proposal, found.grant))
                     break
@@ -592,17 +585,17 @@ def _key(msg: Msg) -> str:
         return hashlib.sha256(msg.data).hexdigest()[:24]
 
 
-def _frozen_again(evaluated: list[Evaluated], claims: dict[str, str]) -> list[tuple[str, None]]:
-    """Calls a freeze held that JetStream delivered before (a batch retried, a process gone
-    before its commit): an earlier delivery may have claimed a grant's use for the call and
-    stored nothing, and that use is given back once the call is stored held (`Grants.give_back`
-    with no grant id). Rare: only redelivered calls in a freeze's scope."""
+def _held_with_use(evaluated: list[Evaluated], claimed: set[str]) -> list[str]:
+    """Calls a freeze held that may hold a grant's use nonetheless: one an earlier decision of
+    this batch claimed (in `claimed`: a freeze met at the commit), or one an earlier
+    delivery claimed and stored nothing (a batch retried, a process gone before its commit).
+    Their uses are given back once they are stored held (`Grants.give_back`). Only calls in a
+    freeze's scope are looked at."""
     return [
-        (proposal.id, None)
+        proposal.id
         for msg, proposal, _, _, audit in evaluated
-        if proposal.id not in claims
-        and any(entry.kind == "freeze.held" for entry in audit)
-        and attempts(msg) > 1
+        if any(entry.kind == "freeze.held" for entry in audit)
+        and (proposal.id in claimed or attempts(msg) > 1)
     ]
 
 

@@ -174,19 +174,17 @@ class Grants:
 
         return await self.db.transact(body)
 
-    async def give_back(self, claims: Sequence[tuple[str, str | None]]) -> int:
-        """Undo the uses claimed (`claim`) for these (proposal id, grant id) pairs whose
-        proposal is stored as a call the grant did not release (held or denied: a freeze
-        met at the commit held it); how many were given back. A grant id of None gives back
-        the proposal's use of whichever grant it claimed (an earlier delivery's claim). A pair
-        whose proposal is not stored, or was released, keeps its use (it may be what released
-        it)."""
-        if not claims:
+    async def give_back(self, proposal_ids: Sequence[str]) -> int:
+        """Undo the use claimed (`claim`) for each of these proposals that is stored as a call
+        no grant released (held or denied: a freeze held it), whichever grant it was claimed
+        from (a proposal has one use at most); how many were given back. A proposal not stored,
+        or released, keeps its use (it may be what released it)."""
+        if not proposal_ids:
             return 0
 
         def body(conn: Connection) -> int:
             given = 0
-            for proposal_id, grant_id in claims:
+            for proposal_id in proposal_ids:
                 stored = conn.execute(
                     select(PROPOSALS.c.decision).where(PROPOSALS.c.id == proposal_id)
                 ).first()
@@ -195,7 +193,7 @@ class Grants:
                 use = conn.execute(
                     select(GRANT_USES.c.grant_id).where(GRANT_USES.c.proposal_id == proposal_id)
                 ).first()
-                if use is None or (grant_id is not None and use.grant_id != grant_id):
+                if use is None:
                     continue
                 conn.execute(delete(GRANT_USES).where(GRANT_USES.c.proposal_id == proposal_id))
                 conn.execute(
