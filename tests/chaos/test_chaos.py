@@ -294,13 +294,19 @@ async def check_guarantees(
 
     # An outcome committed just before a crash or a NATS outage reaches the results stream
     # later: by redelivery (after ack_wait, 30 s) or by the outbox republisher (rows older than
-    # 10 s, every 5 s). Wait for that bound, then check the stream holds exactly one each.
+    # 10 s, every 5 s). So does the answer to a malformed input a killed replica had in hand,
+    # and its dead letter (redelivery). Wait for that bound, then check the streams hold
+    # exactly one each.
+    readable = _readable_ids(MALFORMED[: load.malformed])
     deadline = asyncio.get_running_loop().time() + 45
     while True:
         results = await stream_bodies(nc, SUBJECTS.stream("results"), "headgate.>")
         seen = {b["proposal_id"] for b in results if ".released." in b["_subject"]}
         seen |= {b["proposal_id"] for b in results if ".blocked." in b["_subject"]}
-        if seen >= set(load.valid) or asyncio.get_running_loop().time() > deadline:
+        dead_letters = (await nc.jetstream().stream_info(SUBJECTS.stream("dead"))).state.messages
+        if (
+            seen >= set(load.valid) | readable and dead_letters >= load.malformed
+        ) or asyncio.get_running_loop().time() > deadline:
             break
         await asyncio.sleep(1.0)
     released = Counter(b["proposal_id"] for b in results if ".released." in b["_subject"])
@@ -315,7 +321,7 @@ async def check_guarantees(
         for b in results
         if ".blocked." in b["_subject"] and b["outcome"] == "invalid"
     )
-    assert set(invalid) == _readable_ids(MALFORMED[: load.malformed])
+    assert set(invalid) == readable
     assert max(invalid.values(), default=1) == 1
     assert max(released.values()) == 1, "a proposal was released twice"
     assert max(blocked.values()) == 1
