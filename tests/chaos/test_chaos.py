@@ -293,10 +293,10 @@ async def check_guarantees(
     assert statuses["pending"] == 0
 
     # An outcome committed just before a crash or a NATS outage reaches the results stream
-    # later: by redelivery (after ack_wait, 30 s) or by the outbox republisher (rows older than
-    # 10 s, every 5 s). So does the answer to a malformed input a killed replica had in hand,
-    # and its dead letter (redelivery). Wait for that bound, then check the streams hold
-    # exactly one each.
+    # later: by redelivery (after the ack wait, `ACK_WAIT`) or by the outbox republisher (rows
+    # older than 10 s, every 5 s). So does the answer to a malformed input a killed replica had
+    # in hand, and its dead letter (redelivery). Wait for that bound, then check the streams
+    # hold exactly one each.
     readable = _readable_ids(MALFORMED[: load.malformed])
     deadline = asyncio.get_running_loop().time() + 45
     while True:

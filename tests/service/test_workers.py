@@ -75,7 +75,7 @@ async def test_workers_share_the_intake_and_a_killed_one_is_replaced(
             for i in range(100)
         ]
         # The server may still hand a message to a pull request of the killed worker: it comes
-        # back after ack_wait (30 s), to a live process.
+        # back after the ack wait (`ACK_WAIT`), to a live process.
         await _released_once(h, more, timeout=60)
         assert h.service.ctx is not None
         assert (await h.service.ctx.store.audit.verify()).ok

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +30,9 @@ from nats.js import JetStreamContext
 from prometheus_client import Histogram
 
 from workflow.service.metrics import Metrics
-from workflow.service.pull import Puller, PullFailed, attempts, stored_at_ns
+from workflow.service.pull import Puller, PullFailed, attempts, stored_at_ns, stream_sequence
 from workflow.service.streams import (
+    KEEP_ALIVE_AT_MOST,
     MAX_ATTEMPTS,
     PRIORITY_FIRST,
     ConsumerSpec,
@@ -202,6 +203,11 @@ class PullStage:
 
     `priority`: on a consumer with a priority group (`ConsumerSpec.priority_group`), the
     priority of this stage's pull requests; the server serves the lowest number first.
+
+    `keep_at_most`: every third of the consumer's ack wait, the messages held (delivered and not
+    yet settled) since the last time are reported in progress, so its short ack wait redelivers
+    only what a killed process held; a message held `keep_at_most` seconds is let go (see
+    `KeepAlive`).
     """
 
     def __init__(
@@ -217,8 +223,10 @@ class PullStage:
         poll: float = 1.0,
         metrics: Metrics | None = None,
         settle: Settle | None = None,
+        keep_at_most: float = KEEP_ALIVE_AT_MOST,
     ):
         self.nc, self.js, self.spec = nc, js, spec
+        self.keep_at_most = keep_at_most
         self.handler = handler
         self.batch = batch
         self.overlap = max(overlap, 1)
@@ -250,6 +258,10 @@ class PullStage:
 
         watcher = asyncio.create_task(wake_on_stop())
         batches = _InHand(beat)
+        keeper = KeepAlive(
+            lambda: [*puller.queue, *batches.messages()], self.spec.ack_wait / 3, self.keep_at_most
+        )
+        keeping = asyncio.create_task(keeper.run())
         pause = 0.5
         try:
             while not stopping.is_set():
@@ -268,7 +280,7 @@ class PullStage:
                     continue
                 if msgs:
                     pause = 0.5
-                    batches.start(self._handle(msgs))
+                    batches.start(self._handle(msgs), msgs)
         finally:
             watcher.cancel()
             await batches.all_finished()
@@ -278,6 +290,7 @@ class PullStage:
                     await asyncio.shield(flush())
                 except Exception:
                     pass
+            keeping.cancel()
             await puller.close()
 
     async def _pull_failed(self, exc: Exception, pause: float) -> None:
@@ -331,6 +344,7 @@ class _InHand:
     def __init__(self, beat: Callable[[], None]):
         self._beat = beat
         self._tasks: deque[asyncio.Task[None]] = deque()
+        self._msgs: dict[asyncio.Task[None], Sequence[Msg]] = {}
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -339,15 +353,22 @@ class _InHand:
         if not self._tasks:
             self._beat()
 
-    def start(self, work: Coroutine[Any, Any, None]) -> None:
+    def start(self, work: Coroutine[Any, Any, None], msgs: Sequence[Msg]) -> None:
         task = asyncio.create_task(work)
         self._tasks.append(task)
+        self._msgs[task] = msgs
         task.add_done_callback(self._finished)
+
+    def messages(self) -> Iterator[Msg]:
+        """The messages of the batches in hand."""
+        for msgs in self._msgs.values():
+            yield from msgs
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         if self._tasks and self._tasks[0] is task:
             self._beat()
         self._tasks.remove(task)
+        del self._msgs[task]
 
     async def one_finished(self) -> None:
         await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
@@ -355,3 +376,48 @@ class _InHand:
     async def all_finished(self) -> None:
         if self._tasks:
             await asyncio.shield(asyncio.wait(set(self._tasks)))
+
+
+class KeepAlive:
+    """Tells JetStream a stage is still working on the messages it has held for a while.
+
+    Every `every` seconds it looks at the messages held (`held`: delivered, queued or in a
+    batch) and reports progress (`+WPI`, which restarts the message's ack wait) on each not
+    settled that was held at the last look too. A message is normally settled milliseconds
+    after it arrives, so this sends nothing while the stage keeps up; it matters when a batch
+    waits (a database that is slow or away, a backlog queued behind a long batch).
+
+    A message held for `at_most` seconds or more is no longer reported, so a batch that hangs
+    lets its messages go after the ack wait, as without this. Messages are known by their
+    stream sequence: a copy delivered again to this stage's outstanding pull requests (while its
+    batch hangs, its queue is not taken) counts from when the first copy arrived, and is not
+    kept either.
+    """
+
+    def __init__(self, held: Callable[[], Iterable[Msg]], every: float, at_most: float):
+        self.held, self.every, self.at_most = held, every, at_most
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        since: dict[int, float] = {}  # stream sequence → when it was first seen held
+        while True:
+            await asyncio.sleep(self.every)
+            now = loop.time()
+            seen: dict[int, float] = {}
+            due: list[Msg] = []
+            for msg in self.held():
+                seq = stream_sequence(msg)
+                if seq is None or settled(msg):
+                    continue
+                first = seen.get(seq) or since.get(seq, now)
+                seen[seq] = first
+                if first < now and now - first < self.at_most:
+                    due.append(msg)
+            since = seen
+            for msg in due:
+                if settled(msg):  # settled while an earlier report was sent
+                    continue
+                try:
+                    await msg.in_progress()
+                except Exception:  # redelivered after the ack wait instead, and recognised
+                    pass

@@ -46,8 +46,13 @@ log = logging.getLogger("headgate.streams")
 
 DAY = 24 * 3600.0
 DUPLICATE_WINDOW = 600.0
-#: Acknowledge within this time or the message is redelivered (batches take milliseconds).
-ACK_WAIT = 30.0
+#: Acknowledge within this time or the message is redelivered: how long the messages a killed
+#: replica had in hand wait before another replica gets them. Batches take milliseconds; a
+#: stage tells the server it is still working on what it holds longer (`KEEP_ALIVE_EVERY`).
+ACK_WAIT = 6.0
+#: A message held longer than this is no longer reported in progress: a batch that hangs does
+#: not keep its messages from every other replica (they come back `ACK_WAIT` later).
+KEEP_ALIVE_AT_MOST = 60.0
 #: Deliveries after which a message that keeps failing goes to the dead-letter subject.
 MAX_ATTEMPTS = 5
 #: Most unprocessed proposals one agent may have queued; more are refused at publish time, so a
@@ -64,6 +69,9 @@ class ConsumerSpec:
     #: the waiting pull request of the lowest priority number, so a busy process can ask to be
     #: served only what the others have no room for. Every pull request must then name it.
     priority_group: str | None = None
+    #: Seconds before an unacknowledged message is delivered again (the stage running it keeps
+    #: what it holds longer in progress, every third of it).
+    ack_wait: float = ACK_WAIT
 
 
 #: Priorities of the pull requests on a prioritized consumer (the server allows 0-9).
@@ -165,7 +173,7 @@ def consumer_config(spec: ConsumerSpec, *, max_ack_pending: int = 4096) -> Consu
     return PrioritizedConsumer(
         durable_name=spec.durable,
         ack_policy=AckPolicy.EXPLICIT,
-        ack_wait=ACK_WAIT,
+        ack_wait=spec.ack_wait,
         # A margin over MAX_ATTEMPTS: the stage dead-letters at MAX_ATTEMPTS itself; the server
         # limit only stops a message that crashes the whole process from looping forever.
         max_deliver=MAX_ATTEMPTS + 3,
