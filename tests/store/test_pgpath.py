@@ -16,8 +16,8 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, select, text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy import event, func, make_url, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from tests.store.test_repo import record
 from tests.store.test_steps import KINDS, NOW, step
@@ -586,3 +586,66 @@ async def test_a_server_refusing_the_plan_setting_leaves_the_plans_to_postgresql
         assert (await store.audit.verify()).ok
     finally:
         await store.close()
+
+
+class Partition:
+    """A TCP relay to PostgreSQL whose link can be cut silently: while it is cut, bytes either
+    way are held back and nothing is closed, as when a network partition or a server host gone
+    in a failover strands an open connection."""
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+        self.links: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _serve(self, client: asyncio.StreamReader, to_client: asyncio.StreamWriter) -> None:
+        server, to_server = await asyncio.open_connection(self.host, self.port)
+        self.links += [to_client, to_server]
+        await asyncio.gather(
+            self._pump(client, to_server), self._pump(server, to_client), return_exceptions=True
+        )
+        for writer in (to_client, to_server):
+            writer.close()
+
+    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        while data := await source.read(65536):
+            await self.flowing.wait()
+            sink.write(data)
+            await sink.drain()
+
+    async def close(self) -> None:
+        self.flowing.set()
+        for writer in self.links:
+            writer.close()
+        self.server.close()
+        await self.server.wait_closed()
+
+
+async def test_a_statement_on_a_connection_that_stopped_answering_fails_in_its_timeout(
+    postgres_url: str,
+) -> None:
+    url = make_url(postgres_url)
+    link = Partition(url.host or "127.0.0.1", url.port or 5432)
+    engine = create_async_engine(url.set(port=await link.start()))
+    direct = PgDirect(engine, timeout=1.0)
+    one = Positional("SELECT 1", ())
+    try:
+        assert (await direct.fetch(one))[0] == 1
+        link.flowing.clear()
+        # Without a timeout the statement would wait until the kernel gave up on the socket.
+        with pytest.raises(DirectFailed, match="TimeoutError"):
+            await asyncio.wait_for(direct.fetch(one), 20)
+        # Opening a connection while the link is cut fails the same way.
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(direct.fetch(one), 20)
+        link.flowing.set()
+        assert (await direct.fetch(one))[0] == 1  # on a connection opened anew
+    finally:
+        await direct.aclose()
+        await engine.dispose()
+        await link.close()

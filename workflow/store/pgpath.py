@@ -39,6 +39,12 @@ from workflow.store import schema
 
 log = logging.getLogger("headgate.store")
 
+#: Seconds a `PgDirect` statement may take before its connection is given up. Its statements
+#: take milliseconds; a connection that stopped answering without being closed (a network
+#: partition, a server host gone in a failover) would otherwise hold its stage until the
+#: kernel gives up on the socket, a quarter of an hour by Linux's defaults.
+STATEMENT_TIMEOUT = 30.0
+
 _DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
 _ASYNCPG = asyncpg_dialect()  # type: ignore[no-untyped-call]
 
@@ -324,12 +330,21 @@ class PgDirect:
 
     `observers`: called with each statement's text once it has run, and what it raised
     (None when it succeeded); the store's tests count the round trips with them.
+
+    `timeout`: seconds a statement (or opening the connection) may take; then it fails as
+    a lost connection does (`DirectFailed`), and the next statement opens another.
     """
 
     #: How `plan_each_run` is asked of the session.
     PLAN_EACH_RUN = "SET plan_cache_mode = force_custom_plan"
 
-    def __init__(self, engine: AsyncEngine, *, plan_each_run: bool = False):
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        plan_each_run: bool = False,
+        timeout: float = STATEMENT_TIMEOUT,
+    ):
         args, kwargs = engine.dialect.create_connect_args(engine.url)
         # Options of SQLAlchemy's asyncpg adapter, not of `asyncpg.connect`; its statement
         # cache's size is asyncpg's own (0 behind a pooler in transaction mode, as there).
@@ -339,7 +354,9 @@ class PgDirect:
         if cache is not None:
             kwargs["statement_cache_size"] = int(cache)
         self._custom_plans = plan_each_run and kwargs.get("statement_cache_size", 100) != 0
+        kwargs.setdefault("timeout", timeout)
         self._args, self._kwargs = args, kwargs
+        self.timeout = timeout
         self._conn: Any = None
         #: One statement at a time on the connection (asyncpg runs one per connection).
         self._busy = asyncio.Lock()
@@ -363,7 +380,7 @@ class PgDirect:
                 conn = await asyncpg.connect(*self._args, **self._kwargs)
                 if self._custom_plans:
                     try:
-                        await conn.execute(self.PLAN_EACH_RUN)
+                        await conn.execute(self.PLAN_EACH_RUN, timeout=self.timeout)
                     except asyncpg.PostgresError as exc:
                         # A server before PostgreSQL 12 has no such setting: its plans are
                         # PostgreSQL's choice, as on the intake's connection.
@@ -380,9 +397,9 @@ class PgDirect:
                 self._conn = conn
             try:
                 if chain is None:
-                    row = await conn.fetchrow(statement.sql, *statement.args)
+                    row = await conn.fetchrow(statement.sql, *statement.args, timeout=self.timeout)
                 else:
-                    row = await conn.execute(statement.sql, *statement.args)
+                    row = await conn.execute(statement.sql, *statement.args, timeout=self.timeout)
             except BaseException as exc:
                 for observer in self.observers:
                     observer(statement.sql, exc)
