@@ -409,7 +409,7 @@ class KeepAlive:
                 seq = stream_sequence(msg)
                 if seq is None or settled(msg):
                     continue
-                first = seen.get(seq) or since.get(seq, now)
+                first = seen.get(seq, since.get(seq, now))
                 seen[seq] = first
                 if first < now and now - first < self.at_most:
                     due.append(msg)
