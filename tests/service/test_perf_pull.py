@@ -243,16 +243,13 @@ async def test_messages_held_longer_than_the_ack_wait_are_kept_in_progress(
 ) -> None:
     nc, spec, subject = await setup(nats_url)
     spec = dataclasses.replace(spec, ack_wait=1.0)
-    js = nc.jetstream()
-    gate = Gate()
+    js, gate, other = nc.jetstream(), Gate(), Recorder()
     async with running(nc, PullStage(nc, js, spec, gate, batch=1)):
         await js.publish(f"{subject}.a", b"slow")
         await wait_for(lambda: gate.started == [b"slow"])
         await js.publish(f"{subject}.a", b"queued")  # delivered, queued behind the slow batch
         await wait_for_info(js, spec, lambda i: i.num_ack_pending == 2 and i.num_pending == 0)
-        other = Recorder()
-        nc2 = await nats.connect(nats_url)
-        async with running(nc2, PullStage(nc2, nc2.jetstream(), spec, other, batch=8)):
+        async with another_replica(nats_url, spec, other):
             await asyncio.sleep(3.5)  # three and a half ack waits
             assert other.seen == []  # neither was delivered again, to this stage or any
             info = await js.consumer_info(spec.stream, spec.durable)
@@ -268,15 +265,12 @@ async def test_a_batch_that_hangs_lets_its_messages_go_after_keep_at_most(
 ) -> None:
     nc, spec, subject = await setup(nats_url)
     spec = dataclasses.replace(spec, ack_wait=1.0)
-    js = nc.jetstream()
-    gate = Gate()
+    js, gate, other = nc.jetstream(), Gate(), Recorder()
     async with running(nc, PullStage(nc, js, spec, gate, batch=1, keep_at_most=1.5)):
         await js.publish(f"{subject}.a", b"hangs")
         await wait_for(lambda: gate.started == [b"hangs"])
         started = time.monotonic()
-        other = Recorder()
-        nc2 = await nats.connect(nats_url)
-        async with running(nc2, PullStage(nc2, nc2.jetstream(), spec, other, batch=8)):
+        async with another_replica(nats_url, spec, other):
             await wait_for(lambda: other.seen == [b"hangs"])
             # Kept in progress for keep_at_most, then let go: delivered again an ack wait later.
             assert time.monotonic() - started > 1.5
@@ -298,6 +292,14 @@ async def test_a_consumer_an_earlier_version_made_gets_the_short_ack_wait(nats_u
         assert info.config.ack_wait == ACK_WAIT < 30.0
     finally:
         await nc.close()
+
+
+@asynccontextmanager
+async def another_replica(url: str, spec: ConsumerSpec, handler: Recorder) -> AsyncIterator[None]:
+    """A stage on the same consumer on a connection of its own, as another replica runs it."""
+    nc = await nats.connect(url)
+    async with running(nc, PullStage(nc, nc.jetstream(), spec, handler, batch=8)):
+        yield
 
 
 async def wait_for_info(js: JetStreamContext, spec: ConsumerSpec, cond: object) -> None:

@@ -48,7 +48,8 @@ DAY = 24 * 3600.0
 DUPLICATE_WINDOW = 600.0
 #: Acknowledge within this time or the message is redelivered: how long the messages a killed
 #: replica had in hand wait before another replica gets them. Batches take milliseconds; a
-#: stage tells the server it is still working on what it holds longer (`KEEP_ALIVE_EVERY`).
+#: stage tells the server it is still working on what it holds longer (every third of this,
+#: `workflow.service.stage.KeepAlive`).
 ACK_WAIT = 6.0
 #: A message held longer than this is no longer reported in progress: a batch that hangs does
 #: not keep its messages from every other replica (they come back `ACK_WAIT` later).

@@ -331,8 +331,9 @@ class PgDirect:
     `observers`: called with each statement's text once it has run, and what it raised
     (None when it succeeded); the store's tests count the round trips with them.
 
-    `timeout`: seconds a statement (or opening the connection) may take; then it fails as
-    a lost connection does (`DirectFailed`), and the next statement opens another.
+    `timeout`: seconds a statement may take; then it fails as a lost connection does
+    (`DirectFailed`), and the next statement opens another. Opening the connection has as long
+    (then `TimeoutError`, the statement not sent).
     """
 
     #: How `plan_each_run` is asked of the session.
